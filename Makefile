@@ -1,0 +1,172 @@
+# sparkinfer - build, test, benchmark.
+#   make            library (build/lib), tools (build/bin)
+#   make test       Criterion suites that need no GPU (SAN=1: with ASan+UBSan, in build/san)
+#   make gpu-test   suites that need a CUDA GPU
+#   make bench      benchmarks (GPU)
+#   make demo       the main job: prebuild kernels with sk-warm, list the cache
+#   make install PREFIX=/usr/local DESTDIR=
+#   make deps       check (and as root, install) the Debian packages the build needs
+
+CUDA_HOME ?= /usr/local/cuda
+PREFIX ?= /usr/local
+DESTDIR ?=
+CC ?= cc
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build/san
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else
+BUILD ?= build
+SANFLAGS :=
+endif
+
+VERSION := 0.1.0
+SOMAJOR := 0
+DEB_PACKAGES := liblmdb-dev libxxhash-dev libcjson-dev libcriterion-dev libdlpack-dev lmdb-utils
+
+WARN := -Wall -Wextra -Werror -Wno-missing-field-initializers
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread \
+  -Iinclude -Iruntime -Icache -I$(BUILD)/gen -I$(CUDA_HOME)/include \
+  -DSK_DEFAULT_CUDA_HOME='"$(CUDA_HOME)"'
+LIB_CFLAGS := $(ALL_CFLAGS) -fvisibility=hidden -DSK_BUILDING_LIBRARY
+CUDA_LIBDIR := $(CUDA_HOME)/lib64
+LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnvrtc -lnvJitLink -llmdb -lxxhash -lcjson \
+  -ldl -lpthread -lm
+LDFLAGS ?=
+ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
+
+LIB_SRCS := $(sort $(wildcard runtime/*.c runtime/ops/*/*.c cache/*.c))
+LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded_sources.o
+KERNEL_SRCS := $(sort $(shell find kernel_src -type f \( -name '*.cuh' -o -name '*.cu' \) 2>/dev/null))
+REF_SRCS := $(sort $(wildcard tests/ref/*.c))
+REF_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(REF_SRCS))
+TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
+GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRCS))
+HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
+HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRCS))
+BENCH_SRCS := $(sort $(wildcard bench/*.c))
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
+TOOL_BINS := $(BUILD)/bin/sk-warm $(BUILD)/bin/sk-cache
+SHLIB := $(BUILD)/lib/libsparkinfer.so.$(VERSION)
+STLIB := $(BUILD)/lib/libsparkinfer.a
+DEPS_STAMP := $(BUILD)/.deps-ok
+
+.PHONY: all lib tools test gpu-test bench demo install deps clean check-cuda gpu-bins compile-check
+all: lib tools
+
+# ---- dependencies ------------------------------------------------------------------------
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): tools/check-deps.sh
+	@CUDA_HOME="$(CUDA_HOME)" sh tools/check-deps.sh $(DEB_PACKAGES)
+	@mkdir -p $(@D) && touch $@
+
+check-cuda: $(DEPS_STAMP)
+
+# ---- library -----------------------------------------------------------------------------
+lib: $(SHLIB) $(STLIB)
+
+$(BUILD)/bin/sk-embed: tools/embed.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) -O2 -D_GNU_SOURCE -o $@ $< -lxxhash
+
+$(BUILD)/gen/embedded_sources.c: $(BUILD)/bin/sk-embed $(KERNEL_SRCS)
+	@mkdir -p $(@D)
+	$(BUILD)/bin/sk-embed kernel_src $@ $(KERNEL_SRCS:kernel_src/%=%)
+
+$(BUILD)/obj/gen/embedded_sources.o: $(BUILD)/gen/embedded_sources.c
+	@mkdir -p $(@D)
+	$(CC) $(LIB_CFLAGS) -Iruntime -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/obj/tests/%.o: tests/%.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests -MMD -MP -c -o $@ $<
+
+$(SHLIB): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,libsparkinfer.so.$(SOMAJOR) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+	ln -sf libsparkinfer.so.$(VERSION) $(BUILD)/lib/libsparkinfer.so.$(SOMAJOR)
+	ln -sf libsparkinfer.so.$(SOMAJOR) $(BUILD)/lib/libsparkinfer.so
+
+$(STLIB): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# ---- tools -------------------------------------------------------------------------------
+tools: $(TOOL_BINS)
+$(BUILD)/bin/sk-%: tools/sk-%.c $(STLIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
+
+# ---- tests -------------------------------------------------------------------------------
+$(BUILD)/lib/libskref.a: $(REF_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^ $(if $(REF_OBJS),,)
+
+$(BUILD)/tests/helpers/%: tests/helpers/%.c $(STLIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
+
+$(BUILD)/tests/test_%: tests/test_%.c $(STLIB) $(BUILD)/lib/libskref.a
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion $(LDLIBS)
+
+$(BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(STLIB) $(BUILD)/lib/libskref.a
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion -lcudart_static -lrt $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(STLIB) $(BUILD)/lib/libskref.a
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcudart_static -lrt $(LDLIBS)
+
+test: lib tools $(TEST_BINS) $(HELPER_BINS)
+	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(TEST_BINS)
+
+gpu-bins: lib tools $(GPU_TEST_BINS) $(HELPER_BINS) $(BENCH_BINS)
+
+gpu-test: gpu-bins
+	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(GPU_TEST_BINS)
+
+bench: lib tools $(BENCH_BINS)
+	@SK_BUILD=$(BUILD) sh bench/run-benches.sh $(BENCH_BINS)
+
+# Compile every kernel config for every target arch (also part of make test).
+compile-check: tools
+	$(BUILD)/bin/sk-warm --manifest tools/manifests/all-kernels.json --arch sm_90a,sm_120a,sm_121a \
+	  --cache-dir $(BUILD)/compile-check-cache -j 2
+
+# ---- demo --------------------------------------------------------------------------------
+DEMO_CACHE ?= $(BUILD)/demo-cache
+demo: tools
+	@echo "== sk-warm: prebuilding the demo manifest for sm_120a and sm_121a into $(DEMO_CACHE)"
+	$(BUILD)/bin/sk-warm --manifest tools/manifests/demo.json --arch sm_120a,sm_121a \
+	  --cache-dir $(DEMO_CACHE) -j 2
+	@echo "== sk-cache ls"
+	$(BUILD)/bin/sk-cache --cache-dir $(DEMO_CACHE) ls
+	@echo "== sk-cache stat"
+	$(BUILD)/bin/sk-cache --cache-dir $(DEMO_CACHE) stat
+
+# ---- install -----------------------------------------------------------------------------
+install: lib tools
+	install -d $(DESTDIR)$(PREFIX)/include/sparkinfer $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/bin
+	install -m 0644 include/sparkinfer.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 include/sparkinfer/*.h $(DESTDIR)$(PREFIX)/include/sparkinfer/
+	install -m 0755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libsparkinfer.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsparkinfer.so.$(SOMAJOR)
+	ln -sf libsparkinfer.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libsparkinfer.so
+	install -m 0644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@CUDA_HOME@|$(CUDA_HOME)|g' \
+	  tools/sparkinfer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparkinfer.pc
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
