@@ -52,7 +52,11 @@ sk_status sk_wrap_error(sk_status status, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, tls_message, sizeof old);
-  snprintf(tls_message, sizeof tls_message, "%s: %s", prefix, old);
+  size_t n = strlen(prefix);
+  if (n > sizeof tls_message - 3) n = sizeof tls_message - 3;
+  memcpy(tls_message, prefix, n);
+  memcpy(tls_message + n, ": ", 2);
+  sk_strlcpy(tls_message + n + 2, old, sizeof tls_message - n - 2);
   return status;
 }
 

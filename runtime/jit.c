@@ -1,0 +1,243 @@
+/* runtime/jit.c - NVRTC (and nvJitLink) compilation of one kernel request into a cubin. */
+#include <nvJitLink.h>
+#include <nvrtc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embedded.h"
+#include "runtime.h"
+
+/* Always passed first; part of the key. The toolkit include path is added after these and is
+ * deliberately not part of the key (it differs between machines; the NVRTC version, which is in
+ * the key, pins the toolkit headers' contents). */
+const char *const sk_base_options[] = {"-std=c++17", "-default-device", "-DSPARKINFER_JIT=1"};
+const size_t sk_base_option_count = sizeof sk_base_options / sizeof sk_base_options[0];
+
+static pthread_once_t versions_once = PTHREAD_ONCE_INIT;
+static int v_nvrtc_major, v_nvrtc_minor, v_link_major, v_link_minor;
+
+static void versions_load(void) {
+  nvrtcVersion(&v_nvrtc_major, &v_nvrtc_minor);
+  unsigned major = 0, minor = 0;
+  if (nvJitLinkVersion(&major, &minor) == NVJITLINK_SUCCESS) {
+    v_link_major = (int)major;
+    v_link_minor = (int)minor;
+  }
+}
+
+void sk_jit_versions(int *nvrtc_major, int *nvrtc_minor, int *link_major, int *link_minor) {
+  pthread_once(&versions_once, versions_load);
+  if (nvrtc_major) *nvrtc_major = v_nvrtc_major;
+  if (nvrtc_minor) *nvrtc_minor = v_nvrtc_minor;
+  if (link_major) *link_major = v_link_major;
+  if (link_minor) *link_minor = v_link_minor;
+}
+
+void sk_compiled_free(sk_compiled *c) {
+  if (!c) return;
+  free(c->cubin);
+  free(c->lowered_name);
+  free(c->log);
+  memset(c, 0, sizeof *c);
+}
+
+static int str_ok(const char *s, size_t max) { return s && *s && strnlen(s, max) < max; }
+
+sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch) {
+  if (!req) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request is NULL");
+  if (!str_ok(req->source, 256))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request: source must be a non-empty path shorter than 256 bytes");
+  if (!str_ok(req->name_expr, SK_MAX_NAME_EXPR))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: name_expr must be non-empty and shorter than %d bytes",
+                        req->source, SK_MAX_NAME_EXPR);
+  if (req->op && strnlen(req->op, 128) >= 128)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request: op name longer than 127 bytes");
+  if (req->params && strnlen(req->params, 1024) >= 1024)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request: params longer than 1023 bytes");
+  if (req->arch) {
+    if (!sk_arch_valid(req->arch))
+      return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: arch \"%.32s\" is not of the form sm_NN[a|f]",
+                          req->name_expr, req->arch);
+  } else if (!allow_null_arch) {
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: arch must be set", req->name_expr);
+  }
+  if (req->num_options > SK_MAX_OPTIONS)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: %zu options (max %d)", req->name_expr,
+                        req->num_options, SK_MAX_OPTIONS);
+  if (req->num_options && !req->options)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: num_options > 0 but options is NULL",
+                        req->name_expr);
+  for (size_t i = 0; i < req->num_options; i++) {
+    if (!str_ok(req->options[i], SK_MAX_OPTION))
+      return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: option %zu is NULL, empty or too long",
+                          req->name_expr, i);
+    if (!strncmp(req->options[i], "-arch", 5) || !strncmp(req->options[i], "--gpu-architecture", 18))
+      return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: set the arch through req->arch, not option %s",
+                          req->name_expr, req->options[i]);
+  }
+  if (!sk_find_embedded_source(req->source))
+    return sk_set_error(SK_ERR_NOT_FOUND, "kernel source \"%s\" is not embedded in this build (see sk_list_kernel_sources)",
+                        req->source);
+  return SK_OK;
+}
+
+static char *nvrtc_log(nvrtcProgram prog) {
+  size_t n = 0;
+  if (nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n == 0) return strdup("");
+  char *log = malloc(n + 1);
+  if (!log) return NULL;
+  if (nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = 0;
+  log[n] = 0;
+  /* trim trailing whitespace */
+  size_t len = strlen(log);
+  while (len && (log[len - 1] == '\n' || log[len - 1] == ' ' || log[len - 1] == '\0')) log[--len] = 0;
+  return log;
+}
+
+static sk_status link_ltoir(const sk_kernel_request *req, const void *ltoir, size_t ltoir_size,
+                            sk_compiled *out, char **link_log) {
+  char arch_opt[32];
+  snprintf(arch_opt, sizeof arch_opt, "-arch=%s", req->arch);
+  const char *opts[] = {arch_opt, "-lto"};
+  nvJitLinkHandle h;
+  nvJitLinkResult r = nvJitLinkCreate(&h, 2, opts);
+  if (r != NVJITLINK_SUCCESS)
+    return sk_set_error(SK_ERR_COMPILE, "nvJitLinkCreate failed (%d) for %s", (int)r, req->name_expr);
+  r = nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, ltoir, ltoir_size, "sk_main");
+  if (r == NVJITLINK_SUCCESS) r = nvJitLinkComplete(h);
+  size_t n = 0;
+  *link_log = NULL;
+  if (nvJitLinkGetErrorLogSize(h, &n) == NVJITLINK_SUCCESS && n > 1) {
+    *link_log = malloc(n + 1);
+    if (*link_log) { nvJitLinkGetErrorLog(h, *link_log); (*link_log)[n] = 0; }
+  }
+  if (r != NVJITLINK_SUCCESS) {
+    sk_status s = sk_set_error(SK_ERR_COMPILE, "nvJitLink failed (%d) for %s [%s]:\n%s", (int)r,
+                               req->name_expr, req->arch, *link_log ? *link_log : "");
+    nvJitLinkDestroy(&h);
+    return s;
+  }
+  size_t size = 0;
+  nvJitLinkGetLinkedCubinSize(h, &size);
+  out->cubin = malloc(size ? size : 1);
+  if (!out->cubin) { nvJitLinkDestroy(&h); return sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory for cubin"); }
+  nvJitLinkGetLinkedCubin(h, out->cubin);
+  out->cubin_size = size;
+  nvJitLinkDestroy(&h);
+  return SK_OK;
+}
+
+sk_status sk_jit_compile(const sk_kernel_request *req, sk_compiled *out) {
+  memset(out, 0, sizeof *out);
+  SK_TRY(sk_request_validate(req, false));
+  const sk_embedded_source *src = sk_find_embedded_source(req->source);
+
+  /* Headers: the closure of the kernel's source, by their kernel_src-relative paths. */
+  const char *hdr_text[512], *hdr_name[512];
+  size_t nh = src->closure_count < 512 ? src->closure_count : 512;
+  for (size_t i = 0; i < nh; i++) {
+    hdr_text[i] = sk_embedded_sources[src->closure[i]].text;
+    hdr_name[i] = sk_embedded_sources[src->closure[i]].path;
+  }
+  char main_src[400];
+  snprintf(main_src, sizeof main_src, "#include \"%s\"\n", req->source);
+
+  nvrtcProgram prog;
+  nvrtcResult r = nvrtcCreateProgram(&prog, main_src, "sk_main.cu", (int)nh, hdr_text, hdr_name);
+  if (r != NVRTC_SUCCESS)
+    return sk_set_error(SK_ERR_COMPILE, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
+  r = nvrtcAddNameExpression(prog, req->name_expr);
+  if (r != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    return sk_set_error(SK_ERR_COMPILE, "nvrtcAddNameExpression(%s): %s", req->name_expr, nvrtcGetErrorString(r));
+  }
+  const char *opts[SK_MAX_OPTIONS + 16];
+  size_t no = 0;
+  for (size_t i = 0; i < sk_base_option_count; i++) opts[no++] = sk_base_options[i];
+  char arch_opt[40], inc_opt[1100];
+  snprintf(arch_opt, sizeof arch_opt, "-arch=%s", req->arch);
+  opts[no++] = arch_opt;
+  snprintf(inc_opt, sizeof inc_opt, "-I%s/include", sk_config()->cuda_home);
+  opts[no++] = inc_opt;
+  if (req->link) opts[no++] = "-dlto";
+  for (size_t i = 0; i < req->num_options; i++) opts[no++] = req->options[i];
+
+  double t0 = sk_now_seconds();
+  r = nvrtcCompileProgram(prog, (int)no, opts);
+  out->nvrtc_ms = (sk_now_seconds() - t0) * 1e3;
+  out->log = nvrtc_log(prog);
+  if (r != NVRTC_SUCCESS) {
+    sk_status s = sk_set_error(SK_ERR_COMPILE, "NVRTC failed to compile %s for %s (%s): %s\n%s",
+                               req->name_expr, req->arch, req->source, nvrtcGetErrorString(r),
+                               out->log ? out->log : "");
+    nvrtcDestroyProgram(&prog);
+    sk_compiled_free(out);
+    return s;
+  }
+  const char *lowered = NULL;
+  r = nvrtcGetLoweredName(prog, req->name_expr, &lowered);
+  if (r != NVRTC_SUCCESS || !lowered) {
+    nvrtcDestroyProgram(&prog);
+    sk_compiled_free(out);
+    return sk_set_error(SK_ERR_COMPILE, "nvrtcGetLoweredName(%s) failed: is it a __global__ function template instantiation?",
+                        req->name_expr);
+  }
+  out->lowered_name = strdup(lowered);
+  sk_status status = SK_OK;
+  if (req->link) {
+    size_t n = 0;
+    nvrtcGetLTOIRSize(prog, &n);
+    void *ir = malloc(n ? n : 1);
+    if (!ir) status = sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory for LTO-IR");
+    else {
+      nvrtcGetLTOIR(prog, ir);
+      char *link_log = NULL;
+      double t1 = sk_now_seconds();
+      status = link_ltoir(req, ir, n, out, &link_log);
+      out->link_ms = (sk_now_seconds() - t1) * 1e3;
+      if (link_log && *link_log) {
+        size_t a = strlen(out->log ? out->log : ""), b = strlen(link_log);
+        char *merged = malloc(a + b + 2);
+        if (merged) {
+          snprintf(merged, a + b + 2, "%s%s%s", out->log ? out->log : "", a ? "\n" : "", link_log);
+          free(out->log);
+          out->log = merged;
+        }
+      }
+      free(link_log);
+      free(ir);
+    }
+  } else {
+    size_t n = 0;
+    nvrtcGetCUBINSize(prog, &n);
+    out->cubin = malloc(n ? n : 1);
+    if (!out->cubin) status = sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory for cubin");
+    else {
+      nvrtcGetCUBIN(prog, out->cubin);
+      out->cubin_size = n;
+    }
+  }
+  nvrtcDestroyProgram(&prog);
+  if (status == SK_OK && (!out->lowered_name || !out->log)) status = sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory");
+  if (status != SK_OK) sk_compiled_free(out);
+  return status;
+}
+
+static const char **source_list;
+static void source_list_build(void) {
+  source_list = calloc(sk_embedded_source_count + 1, sizeof *source_list);
+  if (!source_list) return;
+  for (size_t i = 0; i < sk_embedded_source_count; i++) source_list[i] = sk_embedded_sources[i].path;
+}
+
+SK_API sk_status sk_list_kernel_sources(const char *const **paths, size_t *count) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (!paths || !count) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_list_kernel_sources: NULL argument");
+  pthread_once(&once, source_list_build);
+  if (!source_list) return sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory");
+  *paths = source_list;
+  *count = sk_embedded_source_count;
+  return SK_OK;
+}

@@ -1,0 +1,225 @@
+/*
+ * runtime/runtime.h - internal interfaces between the runtime's parts (driver, JIT, resolution,
+ * logging, timing, warm-up record, registry, manifests). Not installed.
+ */
+#ifndef SK_RUNTIME_H
+#define SK_RUNTIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "internal.h"
+#include "sparkinfer/jit.h"
+
+struct cJSON;
+struct sk_cache;
+
+/* ---- process state (runtime/state.c) ----------------------------------------------------- */
+
+typedef struct sk_runtime_config {
+  int print_progress;          /* SPARKINFER_PRINT_COMPILE_PROGRESS */
+  char *compile_log_path;      /* SPARKINFER_COMPILE_LOG */
+  int timing;                  /* SPARKINFER_TIMING */
+  char *record_warmup_path;    /* SPARKINFER_RECORD_WARMUP */
+  char *cuda_home;             /* toolkit used for NVRTC includes */
+  int device_ordinal;          /* SPARKINFER_DEVICE */
+  double compile_wait_s;       /* SPARKINFER_COMPILE_WAIT_S */
+} sk_runtime_config;
+
+/* Lazily initialise everything that needs no GPU. Returns the init status (sticky). */
+sk_status sk_runtime_ensure_init(void);
+const sk_runtime_config *sk_config(void);
+/* The process's cache, or NULL when memory-only. */
+struct sk_cache *sk_runtime_cache(void);
+
+/* Counters (relaxed atomics). */
+typedef struct sk_atomic_counters {
+  _Atomic uint64_t memory_hits, disk_hits, disk_misses, corrupt_records, compiles, failures,
+      frozen_refusals, peer_waits;
+  _Atomic uint64_t compile_ns;
+} sk_atomic_counters;
+extern sk_atomic_counters sk_counters_g;
+#define SK_COUNT(field) atomic_fetch_add_explicit(&sk_counters_g.field, 1, memory_order_relaxed)
+
+/* Freeze state (runtime/state.c). */
+extern _Atomic int sk_frozen_g;
+unsigned sk_freeze_flags(void);
+const char *sk_freeze_reason(void);
+
+/* ---- CUDA driver (runtime/driver.c) ---------------------------------------------------- */
+
+/* Load libcuda.so.1 and its entry points once; SK_ERR_NO_DRIVER / SK_ERR_NO_DEVICE otherwise. */
+sk_status sk_driver_ensure(void);
+/* Make sure the calling thread has a current context (the device's primary one if none). */
+sk_status sk_driver_ensure_context(void);
+/* Driver entry points used across the runtime; valid after sk_driver_ensure() == SK_OK. */
+typedef int sk_cu_result; /* CUresult */
+typedef struct sk_driver_api {
+  sk_cu_result (*cuInit)(unsigned);
+  sk_cu_result (*cuDriverGetVersion)(int *);
+  sk_cu_result (*cuDeviceGet)(int *, int);
+  sk_cu_result (*cuDeviceGetCount)(int *);
+  sk_cu_result (*cuDeviceGetAttribute)(int *, int, int);
+  sk_cu_result (*cuDevicePrimaryCtxRetain)(void **, int);
+  sk_cu_result (*cuCtxGetCurrent)(void **);
+  sk_cu_result (*cuCtxSetCurrent)(void *);
+  sk_cu_result (*cuCtxGetDevice)(int *);
+  sk_cu_result (*cuLibraryLoadData)(void **, const void *, void *, void *, unsigned, void *,
+                                    void *, unsigned);
+  sk_cu_result (*cuLibraryGetKernel)(void **, void *, const char *);
+  sk_cu_result (*cuModuleLoadData)(void **, const void *);
+  sk_cu_result (*cuModuleGetFunction)(void **, void *, const char *);
+  sk_cu_result (*cuKernelGetFunction)(void **, void *);
+  sk_cu_result (*cuFuncSetAttribute)(void *, int, int);
+  sk_cu_result (*cuKernelSetAttribute)(int, int, void *, int);
+  sk_cu_result (*cuLaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 unsigned, unsigned, void *, void **, void **);
+  sk_cu_result (*cuGetErrorName)(sk_cu_result, const char **);
+  sk_cu_result (*cuGetErrorString)(sk_cu_result, const char **);
+  sk_cu_result (*cuEventCreate)(void **, unsigned);
+  sk_cu_result (*cuEventRecord)(void *, void *);
+  sk_cu_result (*cuEventSynchronize)(void *);
+  sk_cu_result (*cuEventElapsedTime)(float *, void *, void *);
+  sk_cu_result (*cuEventDestroy)(void *);
+  sk_cu_result (*cuStreamIsCapturing)(void *, int *);
+} sk_driver_api;
+extern sk_driver_api sk_cu;
+/* Set an SK_ERR_CUDA error naming the call and the driver's error name/string. */
+sk_status sk_cuda_error(sk_cu_result r, const char *call);
+#define SK_CU(call, name)                                                                      \
+  do {                                                                                         \
+    sk_cu_result sk_cu_r_ = (call);                                                            \
+    if (sk_cu_r_ != 0) return sk_cuda_error(sk_cu_r_, name);                                   \
+  } while (0)
+
+/* "sm_90a" for 9.0, "sm_120a" for 12.0, "sm_121a" for 12.1, ... */
+void sk_arch_from_cc(int major, int minor, char *buf, size_t size);
+/* Validate an arch string ("sm_" digits, optional 'a' or 'f'). */
+bool sk_arch_valid(const char *arch);
+
+/* ---- JIT (runtime/jit.c) ----------------------------------------------------------------- */
+
+typedef struct sk_compiled {
+  void *cubin;            /* malloc'd */
+  size_t cubin_size;
+  char *lowered_name;     /* malloc'd */
+  char *log;              /* malloc'd NVRTC + nvJitLink log ("" if none) */
+  double nvrtc_ms, link_ms;
+} sk_compiled;
+void sk_compiled_free(sk_compiled *c);
+
+/* The options the runtime always passes first (part of the key), excluding include paths. */
+extern const char *const sk_base_options[];
+extern const size_t sk_base_option_count;
+
+/* Compile a request (arch set). On SK_ERR_COMPILE the message holds the log. */
+sk_status sk_jit_compile(const sk_kernel_request *req, sk_compiled *out);
+/* NVRTC and nvJitLink versions (cached). */
+void sk_jit_versions(int *nvrtc_major, int *nvrtc_minor, int *link_major, int *link_minor);
+
+/* Validate a request's fields (arch may be NULL only if allow_null_arch). */
+sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch);
+
+/* ---- kernel table entries (runtime/resolve.c) ------------------------------------------ */
+
+enum { SK_ENTRY_PENDING = 0, SK_ENTRY_READY = 1, SK_ENTRY_FAILED = 2 };
+
+struct sk_kernel {
+  sk_key key;
+  _Atomic int state;
+  _Atomic(void *) function;    /* CUfunction (or CUkernel cast), set once loaded */
+  struct sk_kernel *_Atomic next;
+  /* request copy (owned) */
+  char *op, *source, *name_expr, *params;
+  char arch[SK_MAX_ARCH];
+  char **options;
+  size_t num_options;
+  int link;
+  /* result */
+  void *cubin;
+  size_t cubin_size;
+  char *lowered_name;
+  sk_resolve_source how;
+  double compile_ms;
+  sk_status fail_status;
+  char *fail_message;
+  void *library;               /* CUlibrary or CUmodule */
+  int timing_slot;             /* index in the timing table, -1 if none yet */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+
+/* Iterate every READY entry (for the warm-up record); cb returns nonzero to stop. */
+void sk_table_foreach(int (*cb)(void *ud, const sk_kernel *k), void *ud);
+
+/* ---- logging (runtime/log.c) --------------------------------------------------------- */
+
+typedef enum sk_event_kind {
+  SK_EVENT_COMPILE_START,
+  SK_EVENT_COMPILE_DONE,
+  SK_EVENT_COMPILE_FAIL,
+  SK_EVENT_MEMORY_HIT,
+  SK_EVENT_DISK_HIT,
+  SK_EVENT_DISK_MISS,
+  SK_EVENT_CORRUPT,
+  SK_EVENT_PEER_WAIT,
+  SK_EVENT_FROZEN,
+} sk_event_kind;
+
+typedef struct sk_event {
+  sk_event_kind kind;
+  const sk_kernel *kernel;     /* request + key */
+  double nvrtc_ms, link_ms;
+  size_t cubin_bytes;
+  const char *detail;          /* failure message or corruption reason */
+} sk_event;
+void sk_log_event(const sk_event *ev);
+
+/* ---- timing (runtime/timing.c) ------------------------------------------------------- */
+/* Wrap a launch with events; only called when sk_config()->timing. */
+sk_status sk_timing_launch(sk_kernel *k, sk_dim3 grid, sk_dim3 block, unsigned smem, void *stream,
+                           void **args);
+void sk_timing_at_exit(void);
+
+/* ---- warm-up record (runtime/warmup.c) -------------------------------------------- */
+void sk_warmup_note_op(const char *op, const struct cJSON *caps); /* takes a copy */
+void sk_warmup_at_exit(void);
+
+/* ---- manifests (runtime/manifest.c) -------------------------------------------------- */
+
+/* An owned kernel request (all strings malloc'd). */
+typedef struct sk_owned_request {
+  sk_kernel_request req;       /* points into the fields below */
+  char *op, *source, *name_expr, *params, *arch;
+  char **options;
+  size_t num_options;
+} sk_owned_request;
+
+typedef struct sk_request_list {
+  sk_owned_request *items;
+  size_t count, capacity;
+} sk_request_list;
+
+sk_status sk_request_list_add(sk_request_list *l, const sk_kernel_request *req);
+void sk_request_list_free(sk_request_list *l);
+
+/* Parse a manifest's text into requests. `archs` (NULL-terminated list) overrides entry archs
+ * and is required for entries without one; every request is produced once per arch.
+ * SK_ERR_MANIFEST with a message naming the entry and field on any problem. */
+sk_status sk_manifest_parse(const char *text, size_t len, const char *const *archs,
+                            sk_request_list *out);
+
+/* ---- op registry (runtime/registry.c) ----------------------------------------------- */
+
+typedef struct sk_op_desc {
+  sk_op_info info;
+  /* Whether the op can run on `arch` (never NULL here). */
+  bool (*is_supported)(const char *arch);
+  /* Turn caps JSON into the kernel requests a plan with those caps resolves, for `arch`. */
+  sk_status (*build_requests)(const struct cJSON *caps, const char *arch, sk_request_list *out);
+} sk_op_desc;
+
+const sk_op_desc *sk_find_op(const char *name);
+
+#endif /* SK_RUNTIME_H */
