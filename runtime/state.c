@@ -15,6 +15,7 @@ sk_atomic_counters sk_counters_g;
 _Atomic int sk_frozen_g;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static sk_status init_status = SK_OK;
 static char init_message[1024];
 static sk_runtime_config config;
@@ -35,15 +36,20 @@ static char *dup_env(const char *name) {
   return v ? strdup(v) : NULL;
 }
 
+/* Opened on first need, not at init, so that parsing a manifest or a failed sk-warm run never
+ * creates a cache directory. */
+static void init_once_fn(void);
 static void open_cache(void) {
+  pthread_once(&init_once, init_once_fn);
   int disabled = 0, readonly = 0;
   uint64_t max_bytes = 0, initial_map = 0;
   if (sk_env_flag("SPARKINFER_CACHE_DISABLE", 0, &disabled) != SK_OK ||
       sk_env_flag("SPARKINFER_CACHE_READONLY", 0, &readonly) != SK_OK ||
       sk_env_u64("SPARKINFER_CACHE_MAX_BYTES", 0, &max_bytes) != SK_OK ||
       sk_env_u64("SPARKINFER_CACHE_INITIAL_MAP_BYTES", 0, &initial_map) != SK_OK) {
-    snprintf(init_message, sizeof init_message, "%s", sk_last_error_message());
-    init_status = SK_ERR_INVALID_ARGUMENT;
+    snprintf(cache_info.reason, sizeof cache_info.reason, "%s", sk_last_error_message());
+    sk_warn("kernel cache disabled (memory-only): %s", cache_info.reason);
+    return;
   }
   cache_info.mode = SK_CACHE_MODE_MEMORY_ONLY;
   if (disabled) {
@@ -66,6 +72,9 @@ static void open_cache(void) {
     return;
   }
   cache_info.mode = readonly ? SK_CACHE_MODE_READONLY : SK_CACHE_MODE_READWRITE;
+  pthread_mutex_lock(&freeze_mu);
+  if (atomic_load(&sk_frozen_g)) sk_cache_disable_writes(cache);
+  pthread_mutex_unlock(&freeze_mu);
 }
 
 static void init_once_fn(void) {
@@ -86,7 +95,6 @@ static void init_once_fn(void) {
   if (!home) home = sk_env_str("CUDA_HOME");
   if (!home) home = SK_DEFAULT_CUDA_HOME;
   config.cuda_home = strdup(home);
-  open_cache();
   atexit(at_exit);
 }
 
@@ -102,7 +110,7 @@ const sk_runtime_config *sk_config(void) {
 }
 
 sk_cache *sk_runtime_cache(void) {
-  pthread_once(&init_once, init_once_fn);
+  pthread_once(&cache_once, open_cache);
   return cache;
 }
 
@@ -113,7 +121,7 @@ SK_API int sk_abi_version(void) { return SPARKINFER_ABI_VERSION; }
 
 SK_API sk_status sk_get_cache_info(sk_cache_info *out) {
   if (!out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_get_cache_info: out is NULL");
-  pthread_once(&init_once, init_once_fn);
+  pthread_once(&cache_once, open_cache);
   *out = cache_info;
   return SK_OK;
 }

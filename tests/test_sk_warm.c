@@ -1,0 +1,121 @@
+/* sk-warm command-line tests: good manifests build, bad ones exit 2 and write nothing. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "testutil.h"
+
+static int run_warm(const char *manifest_text, const char *cache, const char *extra, char **out) {
+  char *dir = tu_tempdir("warm-m");
+  char path[512], warm[512];
+  snprintf(path, sizeof path, "%s/m.json", dir);
+  tu_write_file(path, manifest_text);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  char *argv[12] = {warm, "--manifest", path, "--cache-dir", (char *)cache, "--quiet", "-j", "2"};
+  int n = 8;
+  if (extra) argv[n++] = (char *)extra;
+  argv[n] = NULL;
+  int rc = tu_run(argv, NULL, out);
+  tu_rmrf(dir);
+  free(dir);
+  return rc;
+}
+
+static const char *const bad_manifests[] = {
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",",  /* truncated */
+    "",                                                                              /* empty */
+    "[1,2,3]",                                                                       /* not an object */
+    "{\"format\":\"other\",\"version\":1}",                                          /* wrong format */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":2}",                            /* wrong version */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":-1}",                           /* negative */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1e308}",                        /* huge */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":\"1\"}",                        /* wrong type */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":{}}",             /* wrong type */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":7}]}",                                                                 /* wrong type */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"link\":5}]}",                                  /* wrong type */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"nope.cuh\","
+    "\"name\":\"sk_test::empty<1>\"}]}",                                             /* unknown source */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"arch\":\"sm_12x\"}]}",                         /* bad arch */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"optoins\":[]}]}",                              /* unknown field */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"no.such_op\",\"caps\":{}}]}", /* unknown op */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"no.such_op\",\"caps\":{\"m\":-5,"
+    "\"k\":1e300}}]}",                                                               /* unknown op, wild numbers */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"options\":[1]}]}",                             /* option not a string */
+};
+
+ParameterizedTestParameters(sk_warm, bad_manifest_exits_2_and_writes_nothing) {
+  static int idx[sizeof bad_manifests / sizeof bad_manifests[0]];
+  for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++) idx[i] = (int)i;
+  return cr_make_param_array(int, idx, sizeof idx / sizeof idx[0]);
+}
+
+ParameterizedTest(int *i, sk_warm, bad_manifest_exits_2_and_writes_nothing) {
+  char *dir = tu_tempdir("warm");
+  char cache[600];
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  char *out = NULL;
+  int rc = run_warm(bad_manifests[*i], cache, NULL, &out);
+  cr_assert_eq(rc, 2, "manifest %d: exit %d", *i, rc);
+  cr_assert(!tu_exists(cache), "manifest %d: the cache dir was created", *i);
+  free(out);
+  tu_rmrf(dir);
+  free(dir);
+}
+
+Test(sk_warm, builds_then_reports_cached_then_json) {
+  char *dir = tu_tempdir("warm");
+  char cache[600];
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  const char *m =
+      "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":["
+      "{\"op\":\"test.scale\",\"source\":\"test/scale.cuh\",\"name\":\"sk_test::scale<float, 128>\",\"params\":\"f32\"},"
+      "{\"op\":\"test.scale\",\"source\":\"test/scale.cuh\",\"name\":\"sk_test::scale<float, 128>\",\"params\":\"dup\"},"
+      "{\"op\":\"test.empty\",\"source\":\"test/scale.cuh\",\"name\":\"sk_test::empty<3>\",\"archs\":[\"sm_120a\"]}]}";
+  char *out = NULL;
+  /* No --arch: entries without archs go to sm_120a and sm_121a; duplicates are built once. */
+  cr_assert_eq(run_warm(m, cache, "--json", &out), 0, "%s", out);
+  cr_assert_eq(tu_json_num(out, "kernels"), 3, "%s", out);
+  cr_assert_eq(tu_json_num(out, "compiled"), 3, "%s", out);
+  free(out);
+  cr_assert_eq(run_warm(m, cache, "--json", &out), 0, "%s", out);
+  cr_assert_eq(tu_json_num(out, "cached"), 3, "%s", out);
+  cr_assert_eq(tu_json_num(out, "compiled"), 0, "%s", out);
+  free(out);
+  tu_rmrf(dir);
+  free(dir);
+}
+
+Test(sk_warm, compile_failure_exits_1) {
+  char *dir = tu_tempdir("warm");
+  char cache[600];
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  const char *m = "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":["
+                  "{\"op\":\"t\",\"source\":\"test/scale.cuh\",\"name\":\"sk_test::scale<bogus, 1>\"}]}";
+  char *out = NULL;
+  cr_assert_eq(run_warm(m, cache, NULL, &out), 1);
+  free(out);
+  tu_rmrf(dir);
+  free(dir);
+}
+
+Test(sk_warm, usage_errors_exit_2_and_help_exits_0) {
+  char warm[512];
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  char *a1[] = {warm, NULL};
+  cr_assert_eq(tu_run(a1, NULL, NULL), 2);
+  char *a2[] = {warm, "--manifest", "/nonexistent/m.json", NULL};
+  cr_assert_eq(tu_run(a2, NULL, NULL), 2);
+  char *a3[] = {warm, "--manifest", "x", "-j", "0", NULL};
+  cr_assert_eq(tu_run(a3, NULL, NULL), 2);
+  char *a4[] = {warm, "--manifest", "x", "--arch", "sm120", NULL};
+  cr_assert_eq(tu_run(a4, NULL, NULL), 2);
+  char *out = NULL;
+  char *a5[] = {warm, "--help", NULL};
+  cr_assert_eq(tu_run(a5, NULL, &out), 0);
+  cr_assert(strstr(out, "--manifest"));
+  free(out);
+}

@@ -1,0 +1,316 @@
+/* sk-warm - prebuild sparkinfer's kernel cache offline (no GPU needed) from a JSON manifest.
+ * Exit status: 0 all built or cached, 1 some compile failed (or the cache is unusable),
+ * 2 bad usage or a bad manifest (nothing is written then). */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "runtime.h"
+#include "sparkinfer.h"
+#include "sparkinfer/jit.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: sk-warm --manifest FILE [--arch sm_120a,sm_121a,...] [--cache-dir DIR] [-j N]\n"
+          "               [--dry-run] [--json] [--quiet]\n"
+          "       sk-warm --list-ops | --list-sources | --help\n"
+          "\n"
+          "Compiles every kernel a manifest names, for every arch, into the kernel cache, in N\n"
+          "parallel threads. Needs no GPU. Kernels already in the cache are not rebuilt.\n"
+          "\n"
+          "  --manifest FILE   JSON manifest: recorded with SPARKINFER_RECORD_WARMUP=FILE or written\n"
+          "                    by hand (\"kernels\" and/or \"ops\" entries; see docs/tools.md)\n"
+          "  --arch LIST       comma-separated targets; overrides the archs recorded in entries\n"
+          "                    (default: each entry's own, else sm_120a,sm_121a)\n"
+          "  --cache-dir DIR   cache to fill (default: SPARKINFER_CACHE_DIR, then\n"
+          "                    $XDG_CACHE_HOME/sparkinfer, then ~/.cache/sparkinfer)\n"
+          "  -j N              parallel compile threads (default: number of CPUs)\n"
+          "  --dry-run         list what would be built and its cache key; compile nothing\n"
+          "  --json            print the result as JSON on stdout\n"
+          "  --quiet           no progress output\n"
+          "\n"
+          "Exit status: 0 success, 1 a compile failed or the cache is unusable, 2 bad usage or bad\n"
+          "manifest (nothing is written).\n"
+          "\n"
+          "Example:\n"
+          "  sk-warm --manifest serving.json --arch sm_120a,sm_121a --cache-dir ./cache -j 8\n");
+}
+
+typedef struct job {
+  const sk_kernel_request *req;
+  sk_key key;
+  sk_status status;
+  sk_resolve_source how;
+  double ms;
+  char *error;
+} job;
+
+static job *jobs;
+static size_t njobs;
+static _Atomic size_t next_job, done_jobs, n_compiled, n_cached, n_failed;
+static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
+static int quiet, tty;
+static double t_start;
+
+static void progress(const job *j) {
+  if (quiet) return;
+  pthread_mutex_lock(&print_mu);
+  size_t d = atomic_load(&done_jobs);
+  if (tty) {
+    int width = 30, filled = njobs ? (int)((double)d / (double)njobs * width) : width;
+    fprintf(stderr, "\r[%.*s%*s] %zu/%zu  compiled %zu  cached %zu  failed %zu  %.1fs ", filled,
+            "==============================", width - filled, "", d, njobs, atomic_load(&n_compiled),
+            atomic_load(&n_cached), atomic_load(&n_failed), sk_now_seconds() - t_start);
+    if (j->status != SK_OK) fprintf(stderr, "\nFAILED %s [%s]: %s\n", j->req->name_expr, j->req->arch, j->error);
+  } else {
+    const char *what = j->status != SK_OK ? "FAILED" : j->how == SK_RESOLVED_COMPILED ? "compiled" : "cached";
+    fprintf(stderr, "[%zu/%zu] %-8s %s %s [%s]", d, njobs, what, j->req->arch, j->req->name_expr, j->req->params);
+    if (j->status == SK_OK && j->how == SK_RESOLVED_COMPILED) fprintf(stderr, " %.0f ms", j->ms);
+    if (j->status != SK_OK) fprintf(stderr, ": %s", j->error);
+    fputc('\n', stderr);
+  }
+  pthread_mutex_unlock(&print_mu);
+}
+
+static void *worker(void *arg) {
+  (void)arg;
+  for (;;) {
+    size_t i = atomic_fetch_add(&next_job, 1);
+    if (i >= njobs) return NULL;
+    job *j = &jobs[i];
+    sk_prepare_info info;
+    double t0 = sk_now_seconds();
+    j->status = sk_kernel_prepare(j->req, &info);
+    j->ms = (sk_now_seconds() - t0) * 1e3;
+    if (j->status == SK_OK) {
+      j->how = info.source;
+      atomic_fetch_add(j->how == SK_RESOLVED_COMPILED ? &n_compiled : &n_cached, 1);
+    } else {
+      j->error = strdup(sk_last_error_message());
+      atomic_fetch_add(&n_failed, 1);
+    }
+    atomic_fetch_add(&done_jobs, 1);
+    progress(j);
+  }
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (n < cap) break;
+    if (cap > (64u << 20)) { free(buf); buf = NULL; break; } /* manifests are small */
+    char *nb = realloc(buf, cap *= 2);
+    if (!nb) { free(buf); buf = NULL; }
+    buf = nb;
+  }
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+static int split_archs(char *list, const char **out, int max) {
+  int n = 0;
+  for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+    if (!sk_arch_valid(tok)) {
+      fprintf(stderr, "sk-warm: --arch: \"%s\" is not an arch like sm_120a\n", tok);
+      return -1;
+    }
+    if (n == max) {
+      fprintf(stderr, "sk-warm: --arch: too many archs (max %d)\n", max);
+      return -1;
+    }
+    out[n++] = tok;
+  }
+  out[n] = NULL;
+  return n;
+}
+
+int main(int argc, char **argv) {
+  const char *manifest = NULL, *cache_dir = NULL;
+  char *arch_arg = NULL;
+  int nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN), dry_run = 0, json = 0, list_ops = 0, list_sources = 0;
+  static const struct option longopts[] = {{"manifest", required_argument, 0, 'm'},
+                                           {"arch", required_argument, 0, 'a'},
+                                           {"cache-dir", required_argument, 0, 'c'},
+                                           {"jobs", required_argument, 0, 'j'},
+                                           {"dry-run", no_argument, 0, 'n'},
+                                           {"json", no_argument, 0, 'J'},
+                                           {"quiet", no_argument, 0, 'q'},
+                                           {"list-ops", no_argument, 0, 'L'},
+                                           {"list-sources", no_argument, 0, 'S'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "m:a:c:j:nJqhLS", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'm': manifest = optarg; break;
+      case 'a': arch_arg = optarg; break;
+      case 'c': cache_dir = optarg; break;
+      case 'j': {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (*end || v < 1 || v > 256) {
+          fprintf(stderr, "sk-warm: -j: expected 1..256, got \"%s\"\n", optarg);
+          return 2;
+        }
+        nthreads = (int)v;
+        break;
+      }
+      case 'n': dry_run = 1; break;
+      case 'J': json = 1; break;
+      case 'q': quiet = 1; break;
+      case 'L': list_ops = 1; break;
+      case 'S': list_sources = 1; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "sk-warm: unexpected argument \"%s\"\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  if (list_ops) {
+    const sk_op_info *ops;
+    size_t n;
+    sk_list_ops(&ops, &n);
+    for (size_t i = 0; i < n; i++) printf("%-32s %-9s %-28s %s\n", ops[i].name,
+                                          ops[i].style == SK_OP_PLANNED ? "planned" : ops[i].style == SK_OP_ONE_SHOT ? "one-shot" : "stateful",
+                                          ops[i].archs, ops[i].summary);
+    return 0;
+  }
+  if (list_sources) {
+    const char *const *paths;
+    size_t n;
+    sk_list_kernel_sources(&paths, &n);
+    for (size_t i = 0; i < n; i++) printf("%s\n", paths[i]);
+    return 0;
+  }
+  if (!manifest) {
+    fprintf(stderr, "sk-warm: --manifest FILE is required\n");
+    usage(stderr);
+    return 2;
+  }
+  if (nthreads < 1) nthreads = 1;
+  const char *archs[17];
+  const char *default_archs[] = {"sm_120a", "sm_121a", NULL};
+  int narchs = 0;
+  if (arch_arg && (narchs = split_archs(arch_arg, archs, 16)) <= 0) {
+    if (narchs == 0) fprintf(stderr, "sk-warm: --arch: empty list\n");
+    return 2;
+  }
+  if (cache_dir) setenv("SPARKINFER_CACHE_DIR", cache_dir, 1);
+  if (sk_init() != SK_OK) {
+    fprintf(stderr, "sk-warm: %s\n", sk_last_error_message());
+    return 2;
+  }
+  size_t len = 0;
+  char *text = read_file(manifest, &len);
+  if (!text) {
+    fprintf(stderr, "sk-warm: cannot read manifest %s\n", manifest);
+    return 2;
+  }
+  sk_request_list list;
+  sk_status s = sk_manifest_parse(text, len, narchs ? archs : NULL, &list);
+  if (s != SK_OK && !narchs && strstr(sk_last_error_message(), "no arch")) {
+    /* Entries without archs and no --arch: use the default targets. */
+    s = sk_manifest_parse(text, len, default_archs, &list);
+  }
+  free(text);
+  if (s != SK_OK) {
+    fprintf(stderr, "sk-warm: %s: %s\n", manifest, sk_last_error_message());
+    return 2;
+  }
+  /* Deduplicate by key: the same kernel may appear under several entries. */
+  jobs = calloc(list.count ? list.count : 1, sizeof *jobs);
+  if (!jobs) { fprintf(stderr, "sk-warm: out of memory\n"); return 1; }
+  for (size_t i = 0; i < list.count; i++) {
+    sk_key k;
+    if (sk_kernel_key(&list.items[i].req, &k) != SK_OK) {
+      fprintf(stderr, "sk-warm: %s\n", sk_last_error_message());
+      return 2;
+    }
+    bool dup = false;
+    for (size_t j = 0; j < njobs && !dup; j++) dup = !memcmp(jobs[j].key.bytes, k.bytes, 16);
+    if (!dup) jobs[njobs++] = (job){.req = &list.items[i].req, .key = k};
+  }
+  if (dry_run) {
+    for (size_t i = 0; i < njobs; i++) {
+      char hex[33];
+      sk_key_hex(&jobs[i].key, hex, sizeof hex);
+      printf("%s %-8s %s [%s]\n", hex, jobs[i].req->arch, jobs[i].req->name_expr, jobs[i].req->params);
+    }
+    fprintf(stderr, "sk-warm: %zu kernels (dry run, nothing compiled)\n", njobs);
+    return 0;
+  }
+  sk_cache_info ci;
+  sk_get_cache_info(&ci);
+  if (ci.mode != SK_CACHE_MODE_READWRITE) {
+    fprintf(stderr, "sk-warm: the cache %s is not writable: %s\n", ci.dir, *ci.reason ? ci.reason : "opened read-only");
+    return 1;
+  }
+  tty = isatty(2);
+  t_start = sk_now_seconds();
+  if ((size_t)nthreads > njobs) nthreads = njobs ? (int)njobs : 1;
+  if (!quiet)
+    fprintf(stderr, "sk-warm: %zu kernels, %d threads, cache %s\n", njobs, nthreads, ci.dir);
+  pthread_t *threads = calloc((size_t)nthreads, sizeof *threads);
+  for (int t = 0; t < nthreads; t++) pthread_create(&threads[t], NULL, worker, NULL);
+  for (int t = 0; t < nthreads; t++) pthread_join(threads[t], NULL);
+  free(threads);
+  double wall = sk_now_seconds() - t_start;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec * 1e-6;
+  if (tty && !quiet) fputc('\n', stderr);
+  size_t failed = atomic_load(&n_failed);
+  if (json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "kernels", (double)njobs);
+    cJSON_AddNumberToObject(o, "compiled", (double)atomic_load(&n_compiled));
+    cJSON_AddNumberToObject(o, "cached", (double)atomic_load(&n_cached));
+    cJSON_AddNumberToObject(o, "failed", (double)failed);
+    cJSON_AddNumberToObject(o, "wall_s", wall);
+    cJSON_AddNumberToObject(o, "cpu_s", cpu);
+    cJSON_AddNumberToObject(o, "threads", nthreads);
+    cJSON_AddStringToObject(o, "cache_dir", ci.dir);
+    cJSON *arr = cJSON_AddArrayToObject(o, "results");
+    for (size_t i = 0; i < njobs; i++) {
+      cJSON *r = cJSON_CreateObject();
+      char hex[33];
+      sk_key_hex(&jobs[i].key, hex, sizeof hex);
+      cJSON_AddStringToObject(r, "key", hex);
+      cJSON_AddStringToObject(r, "op", jobs[i].req->op);
+      cJSON_AddStringToObject(r, "name", jobs[i].req->name_expr);
+      cJSON_AddStringToObject(r, "arch", jobs[i].req->arch);
+      cJSON_AddStringToObject(r, "result", jobs[i].status != SK_OK ? "failed"
+                                           : jobs[i].how == SK_RESOLVED_COMPILED ? "compiled" : "cached");
+      cJSON_AddNumberToObject(r, "ms", jobs[i].ms);
+      if (jobs[i].error) cJSON_AddStringToObject(r, "error", jobs[i].error);
+      cJSON_AddItemToArray(arr, r);
+    }
+    char *t = cJSON_Print(o);
+    printf("%s\n", t);
+    cJSON_free(t);
+    cJSON_Delete(o);
+  }
+  if (!quiet)
+    fprintf(stderr, "sk-warm: %zu kernels: %zu compiled, %zu already cached, %zu failed; wall %.2f s, CPU %.2f s\n",
+            njobs, atomic_load(&n_compiled), atomic_load(&n_cached), failed, wall, cpu);
+  for (size_t i = 0; i < njobs; i++) free(jobs[i].error);
+  free(jobs);
+  sk_request_list_free(&list);
+  return failed ? 1 : 0;
+}
