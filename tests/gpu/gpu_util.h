@@ -1,0 +1,25 @@
+/* tests/gpu/gpu_util.h - CUDA runtime helpers for the GPU suites: every call checked. */
+#ifndef SK_GPU_UTIL_H
+#define SK_GPU_UTIL_H
+#include <criterion/criterion.h>
+#include <cuda_runtime.h>
+
+#define CUDA_OK(call)                                                                            \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    cr_assert_eq(e_, cudaSuccess, "%s failed: %s", #call, cudaGetErrorString(e_));               \
+  } while (0)
+
+#define SK_OK_OR_FAIL(call)                                                                      \
+  do {                                                                                           \
+    sk_status s_ = (call);                                                                       \
+    cr_assert_eq(s_, SK_OK, "%s: %s: %s", #call, sk_status_string(s_), sk_last_error_message()); \
+  } while (0)
+
+/* The device's arch string for sparkinfer ("sm_90a" on an H200). */
+static inline const char *gpu_arch(void) {
+  static char arch[16];
+  if (!arch[0] && sk_device_arch(0, arch, sizeof arch) != SK_OK) arch[0] = 0;
+  return arch;
+}
+#endif
