@@ -6,9 +6,8 @@
 
 static const char *dtype_name(DLDataType d, char *buf, size_t n) {
   const char *code = d.code == kDLBfloat ? "bfloat" : d.code == kDLFloat ? "float" : d.code == kDLInt ? "int"
-                   : d.code == kDLUInt ? "uint" : d.code == kDLFloat8_e4m3fn ? "float8_e4m3fn" : "code";
-  if (d.code == kDLFloat8_e4m3fn) snprintf(buf, n, "%s", code);
-  else snprintf(buf, n, "%s%u%s", code, d.bits, d.lanes != 1 ? "xN" : "");
+                   : d.code == kDLUInt ? "uint" : "code";
+  snprintf(buf, n, "%s%u%s", code, d.bits, d.lanes != 1 ? "xN" : "");
   return buf;
 }
 

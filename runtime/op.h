@@ -29,7 +29,7 @@ static inline DLDataType sk_dl_dtype(uint8_t code, uint8_t bits) {
 #define SK_DL_FP16 sk_dl_dtype(kDLFloat, 16)
 #define SK_DL_FP32 sk_dl_dtype(kDLFloat, 32)
 #define SK_DL_U8 sk_dl_dtype(kDLUInt, 8)
-#define SK_DL_E4M3 sk_dl_dtype(kDLFloat8_e4m3fn, 8)
+/* FP8/FP4 codes and scale bytes travel as uint8 (the DLPack this targets has no FP8 codes). */
 
 /* Validate `t` against `spec` for op `op`; on success *data is the element pointer (data +
  * byte_offset). Errors: SK_ERR_INVALID_ARGUMENT naming op, tensor and what is wrong. */
