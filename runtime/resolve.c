@@ -486,9 +486,17 @@ SK_API sk_status sk_kernel_resolve(const sk_kernel_request *req, sk_kernel **out
   SK_TRY(sk_runtime_ensure_init());
   SK_TRY(sk_request_validate(req, true));
   sk_kernel_request r = *req;
-  char arch[SK_MAX_ARCH];
   if (!r.arch) {
-    SK_TRY(sk_device_arch(-1, arch, sizeof arch));
+    /* The current context's arch, cached per thread and context: the hit path stays cheap. */
+    static _Thread_local void *arch_ctx;
+    static _Thread_local char arch[SK_MAX_ARCH];
+    void *ctx = NULL;
+    SK_TRY(sk_driver_ensure_context());
+    SK_CU(sk_cu.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+    if (ctx != arch_ctx || !arch[0]) {
+      SK_TRY(sk_device_arch(-1, arch, sizeof arch));
+      arch_ctx = ctx;
+    }
     r.arch = arch;
   }
   sk_kernel *e = NULL;
