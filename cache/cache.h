@@ -94,7 +94,7 @@ typedef enum sk_acquire {
 /* Acquire the right to compile `key`. If another live process holds a fresh claim, waits
  * (polling with backoff) until its record appears, its claim disappears or goes stale (process
  * dead, or older than claim_timeout_s), or max_wait_s passes; then claims itself. *waited is set
- * to 1 if it had to wait for a peer. On HIT, *rec/*owned as in sk_cache_get. */
+ * to 1 if it had to wait for a peer. On HIT, *rec and *owned as in sk_cache_get. */
 sk_status sk_cache_acquire(sk_cache *c, const uint8_t key[16], double max_wait_s,
                            sk_acquire *result, int *waited, sk_record *rec, void **owned);
 /* Drop our claim on key (after a failed compile). */
