@@ -277,7 +277,10 @@ static sk_status produce_cubin(sk_kernel *e) {
   sk_record rec;
   void *owned = NULL;
   sk_event ev = {.kernel = e};
-  if (sk_cache_get(cache, e->key.bytes, &lk, &rec, &owned) == SK_OK) {
+  if (sk_cache_get(cache, e->key.bytes, &lk, &rec, &owned) != SK_OK) {
+    sk_warn("kernel cache read failed for %s [%s], treating as a miss: %s", e->name_expr, e->arch,
+            sk_last_error_message());
+  } else {
     if (lk == SK_LOOKUP_HIT) {
       SK_COUNT(disk_hits);
       ev.kind = SK_EVENT_DISK_HIT;

@@ -89,17 +89,18 @@ Test(key, embedded_source_hash_follows_content) {
   char *argv2[] = {embed, dir, out2, "b.cuh", "common/a.cuh", NULL};
   cr_assert_eq(tu_run(argv2, NULL, NULL), 0);
   char *t1 = NULL, *t2 = NULL;
-  char cmd1[600], cmd2[600];
+  char cmd1[600];
   snprintf(cmd1, sizeof cmd1, "/bin/sh");
   char *g1[] = {cmd1, "-c", NULL, NULL};
   char s1[700], s2[700];
-  snprintf(s1, sizeof s1, "grep '\"b.cuh\"' %s", out1);
-  snprintf(s2, sizeof s2, "grep '\"b.cuh\"' %s", out2);
+  /* Sources are sorted by path: b.cuh is index 0; its closure hash is SK_CLOSURE_HASH_0. */
+  snprintf(s1, sizeof s1, "grep 'define SK_CLOSURE_HASH_0 ' %s", out1);
+  snprintf(s2, sizeof s2, "grep 'define SK_CLOSURE_HASH_0 ' %s", out2);
   g1[2] = s1;
   tu_run(g1, NULL, &t1);
   g1[2] = s2;
   tu_run(g1, NULL, &t2);
-  cr_assert(t1 && t2 && *t1 && *t2, "embedder output lacks b.cuh");
+  cr_assert(t1 && t2 && *t1 && *t2, "embedder output lacks the closure hash of b.cuh");
   cr_assert_str_neq(t1, t2, "editing an included header did not change the includer's closure hash");
   /* An include that is not an embedded source is a build error. */
   snprintf(path, sizeof path, "%s/c.cuh", dir);
@@ -223,32 +224,37 @@ Test(cache, second_process_gets_disk_hits_and_compiles_nothing, .init = setup_ca
   free(out);
 }
 
-/* Flip one byte of the cubin of every stored record, straight through LMDB. */
+/* Flip one byte of the cubin of every stored record, straight through LMDB. Keys are copied
+ * out first: a cursor's key pointer is not valid across a put. */
 static int corrupt_all_records(const char *dir) {
   MDB_env *env;
   MDB_txn *txn;
   MDB_dbi dbi;
   MDB_cursor *cur;
   MDB_val k, v;
+  unsigned char keys[64][16];
   int n = 0;
   if (mdb_env_create(&env)) return -1;
   mdb_env_set_maxdbs(env, 8);
-  mdb_env_set_mapsize(env, 1ull << 30);
   if (mdb_env_open(env, dir, 0, 0600)) return -1;
   if (mdb_txn_begin(env, NULL, 0, &txn)) return -1;
   if (mdb_dbi_open(txn, "records", 0, &dbi)) return -1;
   mdb_cursor_open(txn, dbi, &cur);
-  while (mdb_cursor_get(cur, &k, &v, n ? MDB_NEXT : MDB_FIRST) == 0) {
+  while (n < 64 && mdb_cursor_get(cur, &k, &v, n ? MDB_NEXT : MDB_FIRST) == 0 && k.mv_size == 16)
+    memcpy(keys[n++], k.mv_data, 16);
+  mdb_cursor_close(cur);
+  for (int i = 0; i < n; i++) {
+    MDB_val key = {16, keys[i]};
+    if (mdb_get(txn, dbi, &key, &v)) return -1;
     unsigned char *copy = malloc(v.mv_size);
     memcpy(copy, v.mv_data, v.mv_size);
     copy[v.mv_size - 7] ^= 0x5a; /* inside the cubin, the last part of a record */
     MDB_val nv = {v.mv_size, copy};
-    mdb_cursor_put(cur, &k, &nv, MDB_CURRENT);
+    int rc = mdb_put(txn, dbi, &key, &nv, 0);
     free(copy);
-    n++;
+    if (rc) return -1;
   }
-  mdb_cursor_close(cur);
-  mdb_txn_commit(txn);
+  if (mdb_txn_commit(txn)) return -1;
   mdb_env_close(env);
   return n;
 }
