@@ -3,14 +3,17 @@
  * 2 bad usage or a bad manifest (nothing is written then). */
 #include <cjson/cJSON.h>
 #include <getopt.h>
-#include <pthread.h>
-#include <stdatomic.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "runtime.h"
 #include "sparkinfer.h"
 #include "sparkinfer/jit.h"
@@ -22,7 +25,7 @@ static void usage(FILE *f) {
           "       sk-warm --list-ops | --list-sources | --help\n"
           "\n"
           "Compiles every kernel a manifest names, for every arch, into the kernel cache, in N\n"
-          "parallel threads. Needs no GPU. Kernels already in the cache are not rebuilt.\n"
+          "parallel worker processes. Needs no GPU. Kernels already in the cache are not rebuilt.\n"
           "\n"
           "  --manifest FILE   JSON manifest: recorded with SPARKINFER_RECORD_WARMUP=FILE or written\n"
           "                    by hand (\"kernels\" and/or \"ops\" entries; see docs/tools.md)\n"
@@ -30,7 +33,7 @@ static void usage(FILE *f) {
           "                    (default: each entry's own, else sm_120a,sm_121a)\n"
           "  --cache-dir DIR   cache to fill (default: SPARKINFER_CACHE_DIR, then\n"
           "                    $XDG_CACHE_HOME/sparkinfer, then ~/.cache/sparkinfer)\n"
-          "  -j N              parallel compile threads (default: number of CPUs)\n"
+          "  -j N              parallel compile processes (default: number of CPUs)\n"
           "  --dry-run         list what would be built and its cache key; compile nothing\n"
           "  --json            print the result as JSON on stdout\n"
           "  --quiet           no progress output\n"
@@ -51,22 +54,25 @@ typedef struct job {
   char *error;
 } job;
 
+/* NVRTC serialises compiles inside one process (measured: 2 threads take twice as long for twice
+ * the work), so parallelism comes from worker processes: each is this program run with --worker,
+ * reads job indices on stdin, compiles, and answers one JSON line per job on stdout. The
+ * kernel cache's cross-process claims keep their stores consistent. */
+
 static job *jobs;
 static size_t njobs;
-static _Atomic size_t next_job, done_jobs, n_compiled, n_cached, n_failed;
-static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
+static size_t n_compiled, n_cached, n_failed, done_jobs;
 static int quiet, tty;
 static double t_start;
 
 static void progress(const job *j) {
   if (quiet) return;
-  pthread_mutex_lock(&print_mu);
-  size_t d = atomic_load(&done_jobs);
+  size_t d = done_jobs;
   if (tty) {
     int width = 30, filled = njobs ? (int)((double)d / (double)njobs * width) : width;
     fprintf(stderr, "\r[%.*s%*s] %zu/%zu  compiled %zu  cached %zu  failed %zu  %.1fs ", filled,
-            "==============================", width - filled, "", d, njobs, atomic_load(&n_compiled),
-            atomic_load(&n_cached), atomic_load(&n_failed), sk_now_seconds() - t_start);
+            "==============================", width - filled, "", d, njobs, n_compiled, n_cached, n_failed,
+            sk_now_seconds() - t_start);
     if (j->status != SK_OK) fprintf(stderr, "\nFAILED %s [%s]: %s\n", j->req->name_expr, j->req->arch, j->error);
   } else {
     const char *what = j->status != SK_OK ? "FAILED" : j->how == SK_RESOLVED_COMPILED ? "compiled" : "cached";
@@ -75,29 +81,131 @@ static void progress(const job *j) {
     if (j->status != SK_OK) fprintf(stderr, ": %s", j->error);
     fputc('\n', stderr);
   }
-  pthread_mutex_unlock(&print_mu);
 }
 
-static void *worker(void *arg) {
-  (void)arg;
-  for (;;) {
-    size_t i = atomic_fetch_add(&next_job, 1);
-    if (i >= njobs) return NULL;
-    job *j = &jobs[i];
+/* Worker side: answer each index read from stdin. */
+static int worker_loop(void) {
+  sk_cache_info ci;
+  sk_get_cache_info(&ci);
+  if (ci.mode != SK_CACHE_MODE_READWRITE) {
+    cJSON *o = cJSON_CreateObject();
+    char msg[1700];
+    snprintf(msg, sizeof msg, "the cache %s is not writable: %s", ci.dir, *ci.reason ? ci.reason : "opened read-only");
+    cJSON_AddStringToObject(o, "fatal", msg);
+    char *t = cJSON_PrintUnformatted(o);
+    printf("%s\n", t);
+    fflush(stdout);
+    return 1;
+  }
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    char *end;
+    unsigned long i = strtoul(line, &end, 10);
+    if (end == line || i >= njobs) return 2;
     sk_prepare_info info;
     double t0 = sk_now_seconds();
-    j->status = sk_kernel_prepare(j->req, &info);
-    j->ms = (sk_now_seconds() - t0) * 1e3;
-    if (j->status == SK_OK) {
-      j->how = info.source;
-      atomic_fetch_add(j->how == SK_RESOLVED_COMPILED ? &n_compiled : &n_cached, 1);
-    } else {
-      j->error = strdup(sk_last_error_message());
-      atomic_fetch_add(&n_failed, 1);
-    }
-    atomic_fetch_add(&done_jobs, 1);
-    progress(j);
+    sk_status st = sk_kernel_prepare(jobs[i].req, &info);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "i", (double)i);
+    cJSON_AddNumberToObject(o, "status", st);
+    cJSON_AddNumberToObject(o, "how", st == SK_OK ? info.source : 0);
+    cJSON_AddNumberToObject(o, "ms", (sk_now_seconds() - t0) * 1e3);
+    if (st != SK_OK) cJSON_AddStringToObject(o, "error", sk_last_error_message());
+    char *t = cJSON_PrintUnformatted(o);
+    printf("%s\n", t);
+    fflush(stdout);
+    cJSON_free(t);
+    cJSON_Delete(o);
   }
+  return 0;
+}
+
+typedef struct worker {
+  pid_t pid;
+  FILE *to, *from;
+  int busy;
+} worker;
+
+static int spawn_worker(worker *w, char **argv) {
+  int in[2], out[2];
+  /* Close-on-exec: a later worker must not inherit an earlier one's pipe ends, or that one
+   * never sees EOF on its stdin. dup2 onto 0 and 1 clears the flag for the child's own. */
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[0]); close(in[1]); close(out[0]); close(out[1]);
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  w->pid = pid;
+  w->to = fdopen(in[1], "w");
+  w->from = fdopen(out[0], "r");
+  w->busy = 0;
+  return 0;
+}
+
+/* Parent side: hand out jobs to idle workers, collect answers, draw progress. */
+static int run_workers(int nworkers, char **worker_argv, char *fatal, size_t fatal_size) {
+  worker *ws = calloc((size_t)nworkers, sizeof *ws);
+  struct pollfd *pfd = calloc((size_t)nworkers, sizeof *pfd);
+  size_t next = 0;
+  int alive = 0;
+  for (int w = 0; w < nworkers; w++) {
+    if (spawn_worker(&ws[w], worker_argv) != 0) { snprintf(fatal, fatal_size, "cannot start a worker process"); break; }
+    alive++;
+  }
+  for (int w = 0; w < alive; w++)
+    if (next < njobs) { fprintf(ws[w].to, "%zu\n", next++); fflush(ws[w].to); ws[w].busy = 1; }
+  while (done_jobs < njobs && !*fatal) {
+    int nbusy = 0;
+    for (int w = 0; w < alive; w++) { pfd[w].fd = fileno(ws[w].from); pfd[w].events = POLLIN; nbusy += ws[w].busy; }
+    if (!nbusy) break;
+    if (poll(pfd, (nfds_t)alive, -1) < 0) continue;
+    for (int w = 0; w < alive && !*fatal; w++) {
+      if (!(pfd[w].revents & (POLLIN | POLLHUP)) || !ws[w].busy) continue;
+      char line[8192];
+      if (!fgets(line, sizeof line, ws[w].from)) {
+        snprintf(fatal, fatal_size, "a worker process exited unexpectedly");
+        break;
+      }
+      cJSON *o = cJSON_Parse(line);
+      const cJSON *f = o ? cJSON_GetObjectItem(o, "fatal") : NULL;
+      const cJSON *ji = o ? cJSON_GetObjectItem(o, "i") : NULL;
+      if (cJSON_IsString(f)) snprintf(fatal, fatal_size, "%s", f->valuestring);
+      else if (!cJSON_IsNumber(ji) || ji->valuedouble < 0 || (size_t)ji->valuedouble >= njobs)
+        snprintf(fatal, fatal_size, "bad answer from a worker process: %.200s", line);
+      else {
+        job *j = &jobs[(size_t)ji->valuedouble];
+        j->status = (sk_status)cJSON_GetObjectItem(o, "status")->valuedouble;
+        j->how = (sk_resolve_source)cJSON_GetObjectItem(o, "how")->valuedouble;
+        j->ms = cJSON_GetObjectItem(o, "ms")->valuedouble;
+        const cJSON *err = cJSON_GetObjectItem(o, "error");
+        if (cJSON_IsString(err)) j->error = strdup(err->valuestring);
+        if (j->status != SK_OK) n_failed++;
+        else if (j->how == SK_RESOLVED_COMPILED) n_compiled++;
+        else n_cached++;
+        done_jobs++;
+        progress(j);
+        ws[w].busy = 0;
+        if (next < njobs) { fprintf(ws[w].to, "%zu\n", next++); fflush(ws[w].to); ws[w].busy = 1; }
+      }
+      cJSON_Delete(o);
+    }
+  }
+  for (int w = 0; w < alive; w++) {
+    fclose(ws[w].to);
+    fclose(ws[w].from);
+    if (*fatal) kill(ws[w].pid, SIGTERM);
+    waitpid(ws[w].pid, NULL, 0);
+  }
+  free(ws);
+  free(pfd);
+  return *fatal ? -1 : 0;
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -139,7 +247,7 @@ static int split_archs(char *list, const char **out, int max) {
 int main(int argc, char **argv) {
   const char *manifest = NULL, *cache_dir = NULL;
   char *arch_arg = NULL;
-  int nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN), dry_run = 0, json = 0, list_ops = 0, list_sources = 0;
+  int nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN), dry_run = 0, worker_mode = 0, json = 0, list_ops = 0, list_sources = 0;
   static const struct option longopts[] = {{"manifest", required_argument, 0, 'm'},
                                            {"arch", required_argument, 0, 'a'},
                                            {"cache-dir", required_argument, 0, 'c'},
@@ -150,6 +258,7 @@ int main(int argc, char **argv) {
                                            {"list-ops", no_argument, 0, 'L'},
                                            {"list-sources", no_argument, 0, 'S'},
                                            {"help", no_argument, 0, 'h'},
+                                           {"worker", no_argument, 0, 'W'},
                                            {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "m:a:c:j:nJqhLS", longopts, NULL)) != -1) {
@@ -173,6 +282,7 @@ int main(int argc, char **argv) {
       case 'L': list_ops = 1; break;
       case 'S': list_sources = 1; break;
       case 'h': usage(stdout); return 0;
+      case 'W': worker_mode = 1; quiet = 1; break;
       default: usage(stderr); return 2;
     }
   }
@@ -254,37 +364,50 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sk-warm: %zu kernels (dry run, nothing compiled)\n", njobs);
     return 0;
   }
-  sk_cache_info ci;
-  sk_get_cache_info(&ci);
-  if (ci.mode != SK_CACHE_MODE_READWRITE) {
-    fprintf(stderr, "sk-warm: the cache %s is not writable: %s\n", ci.dir, *ci.reason ? ci.reason : "opened read-only");
-    return 1;
+  if (worker_mode) {
+    int rc = worker_loop();
+    sk_request_list_free(&list);
+    return rc;
   }
+  /* The parent never opens the cache: workers do (an LMDB env must not cross a fork). */
+  char dir_buf[1024] = "";
+  if (cache_dir) sk_strlcpy(dir_buf, cache_dir, sizeof dir_buf);
+  else if (sk_cache_default_dir(dir_buf, sizeof dir_buf) != SK_OK) sk_strlcpy(dir_buf, "(none)", sizeof dir_buf);
   tty = isatty(2);
   t_start = sk_now_seconds();
   if ((size_t)nthreads > njobs) nthreads = njobs ? (int)njobs : 1;
-  if (!quiet)
-    fprintf(stderr, "sk-warm: %zu kernels, %d threads, cache %s\n", njobs, nthreads, ci.dir);
-  pthread_t *threads = calloc((size_t)nthreads, sizeof *threads);
-  for (int t = 0; t < nthreads; t++) pthread_create(&threads[t], NULL, worker, NULL);
-  for (int t = 0; t < nthreads; t++) pthread_join(threads[t], NULL);
-  free(threads);
+  if (!quiet) fprintf(stderr, "sk-warm: %zu kernels, %d worker processes, cache %s\n", njobs, nthreads, dir_buf);
+  /* Workers rerun this command line with --worker and get the same deduplicated job list. */
+  char **wargv = calloc((size_t)argc + 2, sizeof *wargv);
+  wargv[0] = argv[0];
+  wargv[1] = "--worker";
+  for (int i = 1; i < argc; i++) wargv[i + 1] = argv[i];
+  char fatal[2048] = "";
+  if (njobs) run_workers(nthreads, wargv, fatal, sizeof fatal);
+  free(wargv);
   double wall = sk_now_seconds() - t_start;
-  struct rusage ru;
+  struct rusage ru, rc;
   getrusage(RUSAGE_SELF, &ru);
-  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-               ru.ru_stime.tv_usec * 1e-6;
+  getrusage(RUSAGE_CHILDREN, &rc);
+  double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + rc.ru_utime.tv_sec + rc.ru_stime.tv_sec) +
+               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec + rc.ru_utime.tv_usec + rc.ru_stime.tv_usec) * 1e-6;
   if (tty && !quiet) fputc('\n', stderr);
-  size_t failed = atomic_load(&n_failed);
+  if (*fatal) {
+    fprintf(stderr, "sk-warm: %s\n", fatal);
+    return 1;
+  }
+  size_t failed = n_failed;
+  sk_cache_info ci;
+  sk_strlcpy(ci.dir, dir_buf, sizeof ci.dir);
   if (json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "kernels", (double)njobs);
-    cJSON_AddNumberToObject(o, "compiled", (double)atomic_load(&n_compiled));
-    cJSON_AddNumberToObject(o, "cached", (double)atomic_load(&n_cached));
+    cJSON_AddNumberToObject(o, "compiled", (double)n_compiled);
+    cJSON_AddNumberToObject(o, "cached", (double)n_cached);
     cJSON_AddNumberToObject(o, "failed", (double)failed);
     cJSON_AddNumberToObject(o, "wall_s", wall);
     cJSON_AddNumberToObject(o, "cpu_s", cpu);
-    cJSON_AddNumberToObject(o, "threads", nthreads);
+    cJSON_AddNumberToObject(o, "workers", nthreads);
     cJSON_AddStringToObject(o, "cache_dir", ci.dir);
     cJSON *arr = cJSON_AddArrayToObject(o, "results");
     for (size_t i = 0; i < njobs; i++) {
@@ -308,7 +431,7 @@ int main(int argc, char **argv) {
   }
   if (!quiet)
     fprintf(stderr, "sk-warm: %zu kernels: %zu compiled, %zu already cached, %zu failed; wall %.2f s, CPU %.2f s\n",
-            njobs, atomic_load(&n_compiled), atomic_load(&n_cached), failed, wall, cpu);
+            njobs, n_compiled, n_cached, failed, wall, cpu);
   for (size_t i = 0; i < njobs; i++) free(jobs[i].error);
   free(jobs);
   sk_request_list_free(&list);

@@ -4,6 +4,8 @@
 #include <criterion/criterion.h>
 #include <cuda_runtime.h>
 
+#include "sparkinfer.h"
+
 #define CUDA_OK(call)                                                                            \
   do {                                                                                           \
     cudaError_t e_ = (call);                                                                     \
