@@ -777,7 +777,7 @@ static int prune_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
     return rc;
   }
   rc = 0;
-  qsort(entries, count, sizeof *entries, by_last_used);
+  if (count) qsort(entries, count, sizeof *entries, by_last_used);
   for (size_t i = 0; i < count && rc == 0; i++) {
     prune_entry *e = &entries[i];
     if (ctx->protect && memcmp(ctx->protect, e->key, 16) == 0) continue;

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -41,7 +43,23 @@ static void setup(void) {
   snprintf(cache_dir, sizeof cache_dir, "%s/cache", root_dir);
 }
 
+/* chattr +i / -i: the one way to make a file unwritable even for root. Returns 0 on success. */
+static int set_immutable(const char *path, int on) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int flags = 0, rc = ioctl(fd, FS_IOC_GETFLAGS, &flags);
+  if (rc == 0) {
+    flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+    rc = ioctl(fd, FS_IOC_SETFLAGS, &flags);
+  }
+  close(fd);
+  return rc;
+}
+
+static char immutable_path[400];
+
 static void teardown(void) {
+  if (immutable_path[0]) set_immutable(immutable_path, 0);
   if (root_dir[0]) nftw(root_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -743,6 +761,32 @@ Test(cache, readonly_refuses_writes) {
   sk_cache_close(c);
   free_rec(&t);
   free_rec(&u);
+}
+
+/* A shipped cache whose lock file cannot be written (read-only filesystem): read without locks. */
+Test(cache, readonly_without_a_writable_lock_file) {
+  sk_cache *c = open_cache();
+  test_rec t;
+  make_rec(&t, 3000);
+  put_ok(c, &t);
+  sk_cache_close(c);
+  snprintf(immutable_path, sizeof immutable_path, "%s/lock.mdb", cache_dir);
+  if (set_immutable(immutable_path, 1) != 0) {
+    immutable_path[0] = '\0';
+    cr_skip_test("cannot make lock.mdb immutable here: %s", strerror(errno));
+  }
+  sk_cache_options ro = {.dir = cache_dir, .readonly = 1};
+  c = open_cache_opts(&ro);
+  cr_assert(sk_cache_is_readonly(c));
+  expect_hit(c, &t);
+  cr_assert_eq(verify_all(c).good, 1);
+  cr_assert_eq(sk_cache_put(c, &t.rec), SK_ERR_CACHE);
+  sk_cache_close(c);
+  sk_cache_options rw = {.dir = cache_dir};
+  cr_assert_eq(sk_cache_open(&rw, &c), SK_ERR_CACHE, "a writer needs the lock file");
+  cr_assert(strstr(sk_last_error_message(), cache_dir), "%s", sk_last_error_message());
+  set_immutable(immutable_path, 0);
+  free_rec(&t);
 }
 
 Test(cache, readonly_open_of_an_empty_environment) {
