@@ -506,6 +506,8 @@ sk_status sk_cache_open(const sk_cache_options *opts, sk_cache **out) {
   int readonly = opts->readonly != 0;
   uint64_t initial_map = opts->initial_map_bytes ? opts->initial_map_bytes : DEFAULT_MAP_BYTES;
   if (initial_map > MAX_MAP_BYTES) initial_map = MAX_MAP_BYTES;
+  long page = sysconf(_SC_PAGESIZE);
+  if (page > 0) initial_map = (initial_map + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page;
 
   struct stat st;
   SK_TRY(check_directory(dir, readonly, &st));
