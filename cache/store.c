@@ -159,8 +159,8 @@ static int txn_end(shared_env *s, MDB_txn *txn, int commit) {
 typedef int (*write_fn)(sk_cache *c, MDB_txn *txn, void *ctx);
 
 /* Run fn in a write transaction and commit, growing the map and rerunning fn (from scratch:
- * it must reset its outputs) on MDB_MAP_FULL. Returns 0 or the LMDB/errno code; *committed
- * tells whether fn's changes were committed. */
+ * it must reset its outputs) on MDB_MAP_FULL. Returns 0 (committed, or discarded by fn) or the
+ * LMDB/errno code. */
 static int run_write(sk_cache *c, write_fn fn, void *ctx) {
   shared_env *s = c->shared;
   for (int attempt = 0;; attempt++) {
@@ -1052,7 +1052,8 @@ sk_status sk_cache_acquire(sk_cache *c, const uint8_t key[16], double max_wait_s
     }
     *waited = 1;
     double left = deadline - sk_now_seconds();
-    sleep_seconds(left > 0 && left < backoff ? left : backoff);
+    if (left <= 0) continue; /* the next round takes the claim over */
+    sleep_seconds(left < backoff ? left : backoff);
     backoff = backoff * 2 < CLAIM_BACKOFF_MAX_S ? backoff * 2 : CLAIM_BACKOFF_MAX_S;
   }
 }
