@@ -159,8 +159,8 @@ static int txn_end(shared_env *s, MDB_txn *txn, int commit) {
 typedef int (*write_fn)(sk_cache *c, MDB_txn *txn, void *ctx);
 
 /* Run fn in a write transaction and commit, growing the map and rerunning fn (from scratch:
- * it must reset its outputs) on MDB_MAP_FULL. Returns 0 or the LMDB/errno code; *committed
- * tells whether fn's changes were committed. */
+ * it must reset its outputs) on MDB_MAP_FULL. Returns 0 (committed, or discarded by fn) or the
+ * LMDB/errno code. */
 static int run_write(sk_cache *c, write_fn fn, void *ctx) {
   shared_env *s = c->shared;
   for (int attempt = 0;; attempt++) {
@@ -216,22 +216,15 @@ static int data_bytes_set(const shared_env *s, MDB_txn *txn, uint64_t total) {
   return mdb_put(txn, s->meta, &k, &v, 0);
 }
 
-/* Add `added` and subtract `removed` bytes. */
-static int data_bytes_adjust(const shared_env *s, MDB_txn *txn, uint64_t added, uint64_t removed,
-                             uint64_t *after) {
+/* Callers read the total before changing any record: a missing counter is rebuilt by a scan,
+ * which must not see the transaction's own changes. */
+static int delete_record(const shared_env *s, MDB_txn *txn, const uint8_t key[16], size_t size) {
   uint64_t total;
   int rc = data_bytes_get(s, txn, &total);
   if (rc) return rc;
-  total = (total >= removed ? total - removed : 0) + added;
-  if (after) *after = total;
-  return data_bytes_set(s, txn, total);
-}
-
-static int delete_record(const shared_env *s, MDB_txn *txn, const uint8_t key[16], size_t size) {
   MDB_val k = {16, (void *)key};
-  int rc = mdb_del(txn, s->records, &k, NULL);
-  if (rc) return rc;
-  return data_bytes_adjust(s, txn, 0, size, NULL);
+  if ((rc = mdb_del(txn, s->records, &k, NULL)) != 0) return rc;
+  return data_bytes_set(s, txn, total >= size ? total - size : 0);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -340,12 +333,24 @@ static int open_dbis_rw(shared_env *s) {
     rc = mdb_dbi_open(txn, "records", MDB_CREATE, &s->records);
     if (!rc) rc = mdb_dbi_open(txn, "claims", MDB_CREATE, &s->claims);
     if (!rc) rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta);
+    if (!rc) {
+      /* Make sure the running total exists, so that writers never need to rebuild it. */
+      s->have_records = s->have_meta = 1;
+      MDB_val k = {sizeof META_DATA_BYTES_KEY - 1, (void *)META_DATA_BYTES_KEY}, v;
+      rc = mdb_get(txn, s->meta, &k, &v);
+      if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != 8)) {
+        uint64_t total;
+        rc = scan_data_bytes(s, txn, &total);
+        if (!rc) rc = data_bytes_set(s, txn, total);
+      }
+    }
     if (!rc) rc = txn_end(s, txn, 1);
     else txn_end(s, txn, 0);
     if (rc == 0) {
       s->have_records = s->have_claims = s->have_meta = 1;
       return 0;
     }
+    s->have_records = s->have_meta = 0;
     if (rc != MDB_MAP_FULL || attempt >= MAX_TXN_RETRIES) return rc;
     rc = grow_map(s, map_size);
     if (rc) return rc;
@@ -501,6 +506,8 @@ sk_status sk_cache_open(const sk_cache_options *opts, sk_cache **out) {
   int readonly = opts->readonly != 0;
   uint64_t initial_map = opts->initial_map_bytes ? opts->initial_map_bytes : DEFAULT_MAP_BYTES;
   if (initial_map > MAX_MAP_BYTES) initial_map = MAX_MAP_BYTES;
+  long page = sysconf(_SC_PAGESIZE);
+  if (page > 0) initial_map = (initial_map + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page;
 
   struct stat st;
   SK_TRY(check_directory(dir, readonly, &st));
@@ -772,7 +779,7 @@ static int prune_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
     return rc;
   }
   rc = 0;
-  qsort(entries, count, sizeof *entries, by_last_used);
+  if (count) qsort(entries, count, sizeof *entries, by_last_used);
   for (size_t i = 0; i < count && rc == 0; i++) {
     prune_entry *e = &entries[i];
     if (ctx->protect && memcmp(ctx->protect, e->key, 16) == 0) continue;
@@ -842,7 +849,10 @@ static int put_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   shared_env *s = c->shared;
   MDB_val k = {16, (void *)ctx->key}, v;
   size_t old_size = 0;
-  int rc = mdb_get(txn, s->records, &k, &v);
+  uint64_t total;
+  int rc = data_bytes_get(s, txn, &total);
+  if (rc) return rc;
+  rc = mdb_get(txn, s->records, &k, &v);
   if (rc == 0) old_size = v.mv_size;
   else if (rc != MDB_NOTFOUND) return rc;
   v.mv_size = ctx->size;
@@ -850,7 +860,8 @@ static int put_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   if ((rc = mdb_put(txn, s->records, &k, &v, 0)) != 0) return rc;
   rc = mdb_del(txn, s->claims, &k, NULL); /* the claim is fulfilled */
   if (rc && rc != MDB_NOTFOUND) return rc;
-  return data_bytes_adjust(s, txn, ctx->size, old_size, &ctx->data_bytes_after);
+  ctx->data_bytes_after = (total >= old_size ? total - old_size : 0) + ctx->size;
+  return data_bytes_set(s, txn, ctx->data_bytes_after);
 }
 
 sk_status sk_cache_put(sk_cache *c, const sk_record *rec) {
@@ -1041,7 +1052,8 @@ sk_status sk_cache_acquire(sk_cache *c, const uint8_t key[16], double max_wait_s
     }
     *waited = 1;
     double left = deadline - sk_now_seconds();
-    sleep_seconds(left > 0 && left < backoff ? left : backoff);
+    if (left <= 0) continue; /* the next round takes the claim over */
+    sleep_seconds(left < backoff ? left : backoff);
     backoff = backoff * 2 < CLAIM_BACKOFF_MAX_S ? backoff * 2 : CLAIM_BACKOFF_MAX_S;
   }
 }
@@ -1249,9 +1261,11 @@ static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   shared_env *s = c->shared;
   ctx->imported = ctx->skipped = 0;
   ctx->batch_done = 0;
-  MDB_cursor *cur;
-  int rc = mdb_cursor_open(ctx->src_txn, ctx->src_records, &cur);
+  uint64_t total;
+  int rc = data_bytes_get(s, txn, &total);
   if (rc) return rc;
+  MDB_cursor *cur;
+  if ((rc = mdb_cursor_open(ctx->src_txn, ctx->src_records, &cur)) != 0) return rc;
   MDB_val k = {16, ctx->next_key}, v;
   if (!ctx->started) {
     rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
@@ -1296,7 +1310,8 @@ static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
     rc = 0;
   }
   if (rc) return rc;
-  return data_bytes_adjust(s, txn, added, removed, &ctx->data_bytes_after);
+  ctx->data_bytes_after = (total >= removed ? total - removed : 0) + added;
+  return data_bytes_set(s, txn, ctx->data_bytes_after);
 }
 
 sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t *imported,

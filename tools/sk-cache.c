@@ -452,8 +452,7 @@ static int cmd_prune(const options *o, sk_cache *c) {
   return 0;
 }
 
-static int cmd_rm(const options *o, sk_cache *c) {
-  /* Resolve every prefix before removing anything: one bad prefix removes nothing. */
+static int check_key_prefixes(const options *o) {
   for (int i = 0; i < o->nargs; i++) {
     const char *p = o->args[i];
     size_t n = strlen(p);
@@ -461,6 +460,11 @@ static int cmd_rm(const options *o, sk_cache *c) {
     for (size_t j = 0; j < n; j++)
       if (!isxdigit((unsigned char)p[j])) return usage_error("key prefix '%s' is not hex", p);
   }
+  return 0;
+}
+
+static int cmd_rm(const options *o, sk_cache *c) {
+  /* Resolve every prefix before removing anything: one bad prefix removes nothing. */
   rows rs;
   int rc = collect(c, &rs);
   if (rc) {
@@ -582,6 +586,8 @@ int main(int argc, char **argv) {
     return usage_error("--overwrite belongs to import");
   if (!strcmp(cmd->name, "prune") && !o.have_max_bytes && !o.have_older_than)
     return usage_error("prune needs --max-bytes N and/or --older-than-days D");
+
+  if (!strcmp(cmd->name, "rm") && (rc = check_key_prefixes(&o)) != 0) return rc;
 
   char dir[4096];
   if (o.cache_dir) {
