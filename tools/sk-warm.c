@@ -316,7 +316,8 @@ int main(int argc, char **argv) {
   const char *archs[17];
   const char *default_archs[] = {"sm_120a", "sm_121a", NULL};
   int narchs = 0;
-  if (arch_arg && (narchs = split_archs(arch_arg, archs, 16)) <= 0) {
+  /* strtok writes into its argument: split a copy, the workers need the original argv. */
+  if (arch_arg && (narchs = split_archs(strdup(arch_arg), archs, 16)) <= 0) {
     if (narchs == 0) fprintf(stderr, "sk-warm: --arch: empty list\n");
     return 2;
   }
