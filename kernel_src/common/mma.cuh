@@ -19,6 +19,15 @@ SK_DEVICE void mma_bf16_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// D = A * B + D, FP16 inputs, FP32 accumulators.
+SK_DEVICE void mma_f16_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 // D = A * B + D, E4M3 inputs (4 per register), FP32 accumulators. sm_89+.
 SK_DEVICE void mma_e4m3_m16n8k32(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890

@@ -66,21 +66,62 @@ SK_DEVICE u32 pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<u32*>(&v);
 }
 
+// Eight E2M1 codes (one u32, element i in nibble i) -> four f16x2 (elements 2p, 2p+1), exact.
+// The f16 encodings of the 8 magnitudes have a zero low byte, so one byte permute looks up four
+// high bytes at once; the sign bits are moved to bit 15 / 31.
+SK_DEVICE void e2m1x8_to_f16x2x4(u32 w, u32 (&pairs)[4]) {
+  const u32 kLutLo = 0x3E3C3800u, kLutHi = 0x46444240u;  // 0, .5, 1, 1.5 | 2, 3, 4, 6
+  u32 hb[2];
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hb[0]) : "r"(kLutLo), "r"(kLutHi), "r"(w & 0x7777u));
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hb[1]) : "r"(kLutLo), "r"(kLutHi), "r"((w >> 16) & 0x7777u));
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    u32 v;
+    const u32 src = hb[p >> 1];
+    if (p & 1) asm("prmt.b32 %0, %1, 0, 0x3424;" : "=r"(v) : "r"(src));
+    else asm("prmt.b32 %0, %1, 0, 0x1404;" : "=r"(v) : "r"(src));
+    const u32 sign_lo = (w >> (8 * p + 3)) & 1u, sign_hi = (w >> (8 * p + 7)) & 1u;
+    pairs[p] = v | (sign_lo << 15) | (sign_hi << 31);
+  }
+}
+
 // Dequantize elements [4q, 4q+4) of a 16-byte code chunk to two bf16x2 registers
 // (lo = elements 4q, 4q+1; hi = 4q+2, 4q+3), multiplied by `scale` (exact: <= 8 significant bits).
 template <int RECIPE>
 SK_DEVICE void dequant_quad_bf16(const uint4& chunk, int q, float scale, u32& lo, u32& hi) {
   const u32 words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
   if (RecipeTraits<RECIPE>::kFp4) {
-    const u32 w = words[q >> 1] >> ((q & 1) * 16);
-    lo = pack_bf16x2(gemm_tmp_e2m1_to_float(w & 15u) * scale, gemm_tmp_e2m1_to_float((w >> 4) & 15u) * scale);
-    hi = pack_bf16x2(gemm_tmp_e2m1_to_float((w >> 8) & 15u) * scale, gemm_tmp_e2m1_to_float((w >> 12) & 15u) * scale);
+    u32 pairs[4];
+    e2m1x8_to_f16x2x4(words[q >> 1], pairs);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&pairs[(q & 1) * 2]));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&pairs[(q & 1) * 2 + 1]));
+    lo = pack_bf16x2(a.x * scale, a.y * scale);
+    hi = pack_bf16x2(b.x * scale, b.y * scale);
   } else {
     const u32 w = words[q];
     const float2 a = gemm_tmp_e4m3x2_to_float2(w), b = gemm_tmp_e4m3x2_to_float2(w >> 16);
     lo = pack_bf16x2(a.x * scale, a.y * scale);
     hi = pack_bf16x2(b.x * scale, b.y * scale);
   }
+}
+
+// NVFP4 quad q of a 16-byte chunk -> f16x2 lo/hi, times the UE4M3 scale (as f16x2; exact: the
+// product has <= 5 significant bits and lies in [2^-10, 2688]).
+SK_DEVICE void dequant_quad_f16_nvfp4(const uint4& chunk, int q, u32 scale_h2, u32& lo, u32& hi) {
+  const u32 words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+  u32 pairs[4];
+  e2m1x8_to_f16x2x4(words[q >> 1], pairs);
+  const __half2 s = *reinterpret_cast<const __half2*>(&scale_h2);
+  __half2 a = __hmul2(*reinterpret_cast<__half2*>(&pairs[(q & 1) * 2]), s);
+  __half2 b = __hmul2(*reinterpret_cast<__half2*>(&pairs[(q & 1) * 2 + 1]), s);
+  lo = *reinterpret_cast<u32*>(&a);
+  hi = *reinterpret_cast<u32*>(&b);
+}
+
+// UE4M3 scale code -> f16x2 {s, s} (exact).
+SK_DEVICE u32 ue4m3_to_f16x2(u32 code) {
+  __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)(code & 0x7Fu), __NV_E4M3);
+  return (u32)h.x | ((u32)h.x << 16);
 }
 
 // Store one output element (alpha already applied), RN to the output type.

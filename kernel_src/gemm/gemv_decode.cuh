@@ -30,7 +30,7 @@
 //
 // HOW IT WORKS
 //   Swap-AB tensor-core GEMV: 16 weight rows are the MMA's M side, up to 8 tokens its N side
-//   (mma.sync m16n8k16 BF16, FP32 accumulate). Lane (g = lane/4, t = lane%4) loads 16 contiguous
+//   (mma.sync m16n8k16 BF16 -- FP16 for nvfp4 -- FP32 accumulate). Lane (g = lane/4, t = lane%4) loads 16 contiguous
 //   bytes of K from weight rows g and g+8 and from token g; because the MMA's K slots of both
 //   operands are indexed by t alone, lanes may take any K chunk as long as weights and tokens
 //   agree, so every load is a 16-byte load and the 4 lanes of a quad read 64 contiguous bytes.
@@ -67,6 +67,13 @@ SK_DEVICE float2 load_chunk_scales(const u8* __restrict__ scales, int row, int k
     return make_float2(s, s);
   }
   return make_float2(1.0f, 1.0f);
+}
+
+// A float scale known to be exact in f16 (UE4M3 values) -> f16x2 {s, s}.
+SK_DEVICE u32 f16x2_of(float s) {
+  __half h = __float2half_rn(s);
+  const u32 bits = *reinterpret_cast<const u16*>(&h);
+  return bits | (bits << 16);
 }
 
 template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
@@ -108,6 +115,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     x_rows[nt] = min(nt * 8 + g, M - 1);
   }
 
+  // NVFP4 runs on FP16 MMAs (E2M1 x UE4M3 is exact in FP16 and decodes with byte permutes);
+  // the other recipes on BF16 MMAs.
+  constexpr bool kF16 = RECIPE == kNvfp4;
   float acc[ROW_TILES][TOKEN_TILES][4];
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)
@@ -161,18 +171,25 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int nt = 0; nt < TOKEN_TILES; ++nt) {
         const float s = kFoldScales ? (upper ? x_scale[nt].y : x_scale[nt].x) : (x_live[nt] ? 1.0f : 0.0f);
-        dequant_quad_bf16<RECIPE>(x_chunk[nt], q, s, b_frag[nt][0], b_frag[nt][1]);
+        if (kF16) dequant_quad_f16_nvfp4(x_chunk[nt], q, f16x2_of(s), b_frag[nt][0], b_frag[nt][1]);
+        else dequant_quad_bf16<RECIPE>(x_chunk[nt], q, s, b_frag[nt][0], b_frag[nt][1]);
       }
 #pragma unroll
       for (int rt = 0; rt < ROW_TILES; ++rt) {
         u32 a_frag[4];
         const float s0 = kFoldScales ? (upper ? w_scale[rt][0].y : w_scale[rt][0].x) : 1.0f;
         const float s1 = kFoldScales ? (upper ? w_scale[rt][1].y : w_scale[rt][1].x) : 1.0f;
-        dequant_quad_bf16<RECIPE>(w_chunk[rt][0], q, s0, a_frag[0], a_frag[2]);
-        dequant_quad_bf16<RECIPE>(w_chunk[rt][1], q, s1, a_frag[1], a_frag[3]);
+        if (kF16) {
+          dequant_quad_f16_nvfp4(w_chunk[rt][0], q, f16x2_of(s0), a_frag[0], a_frag[2]);
+          dequant_quad_f16_nvfp4(w_chunk[rt][1], q, f16x2_of(s1), a_frag[1], a_frag[3]);
+        } else {
+          dequant_quad_bf16<RECIPE>(w_chunk[rt][0], q, s0, a_frag[0], a_frag[2]);
+          dequant_quad_bf16<RECIPE>(w_chunk[rt][1], q, s1, a_frag[1], a_frag[3]);
+        }
 #pragma unroll
         for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-          if (RECIPE == kBlockFp8) mma_bf16_m16n8k16(part[rt][nt], a_frag, b_frag[nt]);
+          if (kF16) mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
+          else if (RECIPE == kBlockFp8) mma_bf16_m16n8k16(part[rt][nt], a_frag, b_frag[nt]);
           else mma_bf16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
         }
       }
