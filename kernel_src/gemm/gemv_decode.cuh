@@ -1,0 +1,274 @@
+// gemm decode kernel (M <= 16): weight streaming, every recipe, portable (sm_89+, runs on sm_90
+// and sm_120a/sm_121a).
+//
+// LAUNCH CONTRACT
+//   template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
+//     RECIPE      sk::gemm::Recipe (0 nvfp4, 1 mxfp4, 2 mxfp8, 3 block_fp8, 4 tensor_fp8)
+//     OUT         sk::gemm::OutType (0 bf16, 1 fp16, 2 fp32)
+//     TOKEN_TILES 1 (M <= 8) or 2 (M <= 16)
+//     WARPS       warps per block (they split the block's K range; 4 or 8)
+//     ROW_TILES   16-row tiles of B per warp (1..4); the block owns 16*ROW_TILES rows of B
+//   __global__ void sk::gemm::gemv_decode<...>(
+//       const u8* a_codes,     // A [M, K]: E2M1 packed (K/2 bytes/row) or E4M3 (K bytes/row)
+//       const void* a_scales,  // swizzled u8 (nvfp4/mx), fp32 [M, K/128] (block_fp8), unused (tensor_fp8)
+//       const u8* b_codes,     // B [N, K], same code format
+//       const void* b_scales,  // swizzled u8, fp32 [ceil(N/128), K/128], unused
+//       const float* alpha,    // device scalar, nullptr = 1
+//       void* c,               // C [M, ldc] of OUT
+//       int M, int N, int K, int ldc,
+//       int k_splits,          // >= 1; see scratch
+//       float* partials,       // k_splits > 1: k_splits * M * N floats; else unused (may be null)
+//       u32* tile_counters)    // k_splits > 1: gridDim.x u32, zero before the first launch; every
+//                              //   launch leaves them zero again (graph-replay safe); else unused
+//   grid  = (ceil(N / (16*ROW_TILES)), k_splits, 1)      block = (32*WARPS, 1, 1)
+//   dynamic shared memory: 0 (static: WARPS*ROW_TILES*16*TOKEN_TILES*8*4 bytes + 4)
+//   requirements: 1 <= M <= 8*TOKEN_TILES, K % 128 == 0, k_splits <= K/STEP_K (STEP_K = 128 FP4,
+//     64 FP8), code arrays 16-byte aligned, swizzled scales 4-byte aligned, fp32 scales 4-byte.
+//     Rows of C are written for 0 <= m < M, 0 <= n < N only.
+//   Determinism: fixed work split and fixed reduction order (warps, then splits through
+//   `partials`); no floating-point atomics. Bitwise reproducible for a given (config, k_splits).
+//
+// HOW IT WORKS
+//   Swap-AB tensor-core GEMV: 16 weight rows are the MMA's M side, up to 8 tokens its N side
+//   (mma.sync m16n8k16 BF16 -- FP16 for nvfp4 -- FP32 accumulate). Lane (g = lane/4, t = lane%4) loads 16 contiguous
+//   bytes of K from weight rows g and g+8 and from token g; because the MMA's K slots of both
+//   operands are indexed by t alone, lanes may take any K chunk as long as weights and tokens
+//   agree, so every load is a 16-byte load and the 4 lanes of a quad read 64 contiguous bytes.
+//   Each weight byte is read exactly once per launch; scales once per 16-byte chunk.
+//   Scales: nvfp4 / mxfp4 / mxfp8 block scales are folded into the BF16 values, which is exact
+//   (E2M1 x UE4M3 and E2M1/E4M3 x 2^e need <= 8 significant bits; exponents stay in BF16 range for
+//   UE8M0 scales in [2^-100, 2^100]). block_fp8: a step's 64 K elements lie in one 128-block, so
+//   the step's FP32 partial is scaled by sfa*sfb and added. tensor_fp8: codes only, alpha at the end.
+#pragma once
+#include "common/defs.cuh"
+#include "common/mma.cuh"
+#include "gemm/gemm_common.cuh"
+
+namespace sk {
+namespace gemm {
+
+template <int RECIPE>
+struct DecodeStep {
+  // K elements consumed by one warp step (4 lanes x 16 bytes).
+  static constexpr int kStepK = RecipeTraits<RECIPE>::kFp4 ? 128 : 64;
+};
+
+// Scale(s) that multiply the 16-byte chunk of `row` starting at element k0 (folded recipes).
+// NVFP4 returns two scales (elements 0..15 and 16..31), others one (.y == .x).
+template <int RECIPE>
+SK_DEVICE float2 load_chunk_scales(const u8* __restrict__ scales, int row, int k0, int K) {
+  if (RECIPE == kNvfp4) {
+    const int num_k_tiles = (K / 16 + 3) / 4;
+    const u16 two = *reinterpret_cast<const u16*>(scales + swizzled_scale_offset(row, k0 / 16, num_k_tiles));
+    return make_float2(decode_block_scale<RECIPE>(two & 0xFFu), decode_block_scale<RECIPE>(two >> 8));
+  } else if (RECIPE == kMxfp4 || RECIPE == kMxfp8) {
+    const int num_k_tiles = (K / 32 + 3) / 4;
+    const float s = decode_block_scale<RECIPE>(__ldg(scales + swizzled_scale_offset(row, k0 / 32, num_k_tiles)));
+    return make_float2(s, s);
+  }
+  return make_float2(1.0f, 1.0f);
+}
+
+// A float scale known to be exact in f16 (UE4M3 values) -> f16x2 {s, s}.
+SK_DEVICE u32 f16x2_of(float s) {
+  __half h = __float2half_rn(s);
+  const u32 bits = *reinterpret_cast<const u16*>(&h);
+  return bits | (bits << 16);
+}
+
+template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
+__global__ void __launch_bounds__(WARPS * 32)
+    gemv_decode(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
+                const void* __restrict__ b_scales, const float* __restrict__ alpha, void* __restrict__ c, int M,
+                int N, int K, int ldc, int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
+  static_assert(TOKEN_TILES == 1 || TOKEN_TILES == 2, "M <= 16");
+  static_assert(ROW_TILES >= 1 && ROW_TILES <= 4, "register budget");
+  using Traits = RecipeTraits<RECIPE>;
+  constexpr int kStepK = DecodeStep<RECIPE>::kStepK;
+  constexpr int kQuads = Traits::kElemsPer16B / 4;  // MMAs per 16-byte chunk
+  constexpr int kRows = 16 * ROW_TILES, kTokens = 8 * TOKEN_TILES;
+  constexpr bool kFoldScales = Traits::kSwizzledScales;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * kRows;
+  const long long row_bytes = Traits::row_bytes(K);
+  const int k_blocks128 = K / 128;
+
+  // This block's step range [s_begin, s_end), warps take steps round-robin.
+  const int num_steps = K / kStepK;
+  const int steps_per_split = (num_steps + k_splits - 1) / k_splits;
+  const int s_begin = blockIdx.y * steps_per_split;
+  const int s_end = min(num_steps, s_begin + steps_per_split);
+
+  // Rows this lane loads (clamped: out-of-range rows re-read row N-1, results discarded).
+  int w_rows[ROW_TILES][2];
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w_rows[rt][h] = min(row0 + rt * 16 + h * 8 + g, N - 1);
+  int x_rows[TOKEN_TILES];
+  bool x_live[TOKEN_TILES];
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+    x_live[nt] = nt * 8 + g < M;
+    x_rows[nt] = min(nt * 8 + g, M - 1);
+  }
+
+  // NVFP4 runs on FP16 MMAs (E2M1 x UE4M3 is exact in FP16 and decodes with byte permutes);
+  // the other recipes on BF16 MMAs.
+  constexpr bool kF16 = RECIPE == kNvfp4;
+  float acc[ROW_TILES][TOKEN_TILES][4];
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[rt][nt][i] = 0.0f;
+
+#pragma unroll 1
+  for (int step = s_begin + warp; step < s_end; step += WARPS) {
+    const int k0 = step * kStepK + t * Traits::kElemsPer16B;  // first element of this lane's chunk
+    const long long byte0 = Traits::kFp4 ? k0 / 2 : k0;
+
+    // Issue every load of the step first (weights dominate: 2*ROW_TILES x 16 B per lane).
+    uint4 w_chunk[ROW_TILES][2];
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w_chunk[rt][h] = __ldcs(reinterpret_cast<const uint4*>(b_codes + w_rows[rt][h] * row_bytes + byte0));
+    uint4 x_chunk[TOKEN_TILES];
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+      x_chunk[nt] = __ldg(reinterpret_cast<const uint4*>(a_codes + x_rows[nt] * row_bytes + byte0));
+
+    float2 w_scale[ROW_TILES][2], x_scale[TOKEN_TILES];
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w_scale[rt][h] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(b_scales), w_rows[rt][h], k0, K);
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+      x_scale[nt] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(a_scales), x_rows[nt], k0, K);
+      if (!x_live[nt]) x_scale[nt] = make_float2(0.0f, 0.0f);  // dead tokens contribute zeros
+    }
+
+    float part[ROW_TILES][TOKEN_TILES][4];  // block_fp8: this step's unscaled partial
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
+
+#pragma unroll
+    for (int q = 0; q < kQuads; ++q) {
+      // NVFP4: quads 0..3 are elements 0..15 (scale .x), quads 4..7 elements 16..31 (.y).
+      const bool upper = RECIPE == kNvfp4 && q >= kQuads / 2;
+      u32 b_frag[TOKEN_TILES][2];
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+        const float s = kFoldScales ? (upper ? x_scale[nt].y : x_scale[nt].x) : (x_live[nt] ? 1.0f : 0.0f);
+        if (kF16) dequant_quad_f16_nvfp4(x_chunk[nt], q, f16x2_of(s), b_frag[nt][0], b_frag[nt][1]);
+        else dequant_quad_bf16<RECIPE>(x_chunk[nt], q, s, b_frag[nt][0], b_frag[nt][1]);
+      }
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt) {
+        u32 a_frag[4];
+        const float s0 = kFoldScales ? (upper ? w_scale[rt][0].y : w_scale[rt][0].x) : 1.0f;
+        const float s1 = kFoldScales ? (upper ? w_scale[rt][1].y : w_scale[rt][1].x) : 1.0f;
+        if (kF16) {
+          dequant_quad_f16_nvfp4(w_chunk[rt][0], q, f16x2_of(s0), a_frag[0], a_frag[2]);
+          dequant_quad_f16_nvfp4(w_chunk[rt][1], q, f16x2_of(s1), a_frag[1], a_frag[3]);
+        } else {
+          dequant_quad_bf16<RECIPE>(w_chunk[rt][0], q, s0, a_frag[0], a_frag[2]);
+          dequant_quad_bf16<RECIPE>(w_chunk[rt][1], q, s1, a_frag[1], a_frag[3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+          if (kF16) mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
+          else if (RECIPE == kBlockFp8) mma_bf16_m16n8k16(part[rt][nt], a_frag, b_frag[nt]);
+          else mma_bf16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
+        }
+      }
+    }
+
+    if (RECIPE == kBlockFp8) {
+      // acc += partial * sfb[row block] * sfa[token]; the step lies in 128-block k0/128.
+      const float* sfa = reinterpret_cast<const float*>(a_scales);
+      const float* sfb = reinterpret_cast<const float*>(b_scales);
+      const int kb = (step * kStepK) / 128;
+      float tok_scale[TOKEN_TILES][2];
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int m = nt * 8 + 2 * t + j;
+          tok_scale[nt][j] = m < M ? __ldg(sfa + (long long)m * k_blocks128 + kb) : 0.0f;
+        }
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float wsc = __ldg(sfb + (long long)(w_rows[rt][h] >> 7) * k_blocks128 + kb);
+#pragma unroll
+          for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) acc[rt][nt][2 * h + j] += part[rt][nt][2 * h + j] * (wsc * tok_scale[nt][j]);
+        }
+    }
+  }
+
+  // ---- fixed-order reduction: warps (shared memory), then K splits (scratch) ----
+  __shared__ float red[WARPS][kRows][kTokens];
+  __shared__ u32 is_last_split;
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][rt * 16 + g + (i >> 1) * 8][nt * 8 + 2 * t + (i & 1)] = acc[rt][nt][i];
+  __syncthreads();
+
+  const float out_scale = load_alpha(alpha);
+  if (k_splits == 1) {
+    for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
+      const int r = idx % kRows, m = idx / kRows;  // consecutive threads -> consecutive n
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) sum += red[w][r][m];
+      if (row0 + r < N && m < M) store_out<OUT>(c, (long long)m * ldc + row0 + r, sum * out_scale);
+    }
+    return;
+  }
+
+  for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
+    const int r = idx % kRows, m = idx / kRows;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) sum += red[w][r][m];
+    if (row0 + r < N && m < M) partials[((long long)blockIdx.y * M + m) * N + row0 + r] = sum;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const u32 arrived = atomicAdd(tile_counters + blockIdx.x, 1u);
+    is_last_split = arrived == (u32)(k_splits - 1);
+    if (is_last_split) tile_counters[blockIdx.x] = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!is_last_split) return;
+  __threadfence();
+  for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
+    const int r = idx % kRows, m = idx / kRows;
+    if (row0 + r >= N || m >= M) continue;
+    float sum = 0.0f;
+    for (int s = 0; s < k_splits; ++s) sum += __ldcg(partials + ((long long)s * M + m) * N + row0 + r);
+    store_out<OUT>(c, (long long)m * ldc + row0 + r, sum * out_scale);
+  }
+}
+
+}  // namespace gemm
+}  // namespace sk
