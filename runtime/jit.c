@@ -45,7 +45,8 @@ void sk_compiled_free(sk_compiled *c) {
 
 static int str_ok(const char *s, size_t max) { return s && *s && strnlen(s, max) < max; }
 
-sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch) {
+sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch,
+                              const sk_embedded_source **src_out) {
   if (!req) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request is NULL");
   if (!str_ok(req->source, 256))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request: source must be a non-empty path shorter than 256 bytes");
@@ -77,7 +78,9 @@ sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch
       return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: set the arch through req->arch, not option %s",
                           req->name_expr, req->options[i]);
   }
-  if (!sk_find_embedded_source(req->source))
+  const sk_embedded_source *src = sk_find_embedded_source(req->source);
+  if (src_out) *src_out = src;
+  if (!src)
     return sk_set_error(SK_ERR_NOT_FOUND, "kernel source \"%s\" is not embedded in this build (see sk_list_kernel_sources)",
                         req->source);
   return SK_OK;
@@ -131,8 +134,8 @@ static sk_status link_ltoir(const sk_kernel_request *req, const void *ltoir, siz
 
 sk_status sk_jit_compile(const sk_kernel_request *req, sk_compiled *out) {
   memset(out, 0, sizeof *out);
-  SK_TRY(sk_request_validate(req, false));
-  const sk_embedded_source *src = sk_find_embedded_source(req->source);
+  const sk_embedded_source *src = NULL;
+  SK_TRY(sk_request_validate(req, false, &src));
 
   /* Headers: the closure of the kernel's source, by their kernel_src-relative paths. */
   const char *hdr_text[512], *hdr_name[512];

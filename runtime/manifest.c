@@ -160,7 +160,7 @@ static sk_status parse_kernel(const cJSON *k, size_t idx, const char *const *cli
   for (size_t a = 0; a < narchs; a++) {
     sk_kernel_request r = {op->valuestring, source->valuestring, name->valuestring,
                            params ? params->valuestring : "", archs[a], opts, nopts, cJSON_IsTrue(link)};
-    sk_status s = sk_request_validate(&r, false);
+    sk_status s = sk_request_validate(&r, false, NULL);
     if (s != SK_OK) return sk_set_error(SK_ERR_MANIFEST, "manifest: %s: %s", where, sk_last_error_message());
     SK_TRY(sk_request_list_add(out, &r));
   }

@@ -4,6 +4,8 @@
 #include <cuda.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#define XXH_INLINE_ALL /* the key hash is on the hit path: let it inline */
 #include <xxhash.h>
 
 #include "cache.h"
@@ -37,29 +39,43 @@ static void kw_str(key_writer *w, const char *s) {
   kw_bytes(w, s, n);
 }
 
-/* The key's preimage (docs/architecture.md, "Cache key"). `req` is validated, arch set. */
-static sk_key compute_key(const sk_kernel_request *req, const sk_embedded_source *src) {
-  uint8_t buf[SK_MAX_NAME_EXPR + (SK_MAX_OPTIONS + 8) * (SK_MAX_OPTION + 4) + 256];
-  key_writer w = {buf, buf + sizeof buf, false};
+/* The part of every key's preimage that is the same for all requests of this process: computed
+ * once so that a memory-table hit serialises only the request's own fields. */
+static uint8_t key_prefix[512];
+static size_t key_prefix_len;
+static int key_link_major, key_link_minor;
+static pthread_once_t key_prefix_once = PTHREAD_ONCE_INIT;
+
+static void key_prefix_build(void) {
+  key_writer w = {key_prefix, key_prefix + sizeof key_prefix, false};
   static const char tag[] = "sparkinfer-kernel-key";
   kw_bytes(&w, tag, sizeof tag);
   kw_u32(&w, SK_CACHE_FORMAT_VERSION);
   kw_u32(&w, SPARKINFER_ABI_VERSION);
-  kw_u64(&w, src->closure_hash);
-  kw_str(&w, req->name_expr);
   kw_u32(&w, (uint32_t)sk_base_option_count);
   for (size_t i = 0; i < sk_base_option_count; i++) kw_str(&w, sk_base_options[i]);
+  int nv_major, nv_minor;
+  sk_jit_versions(&nv_major, &nv_minor, &key_link_major, &key_link_minor);
+  kw_u32(&w, (uint32_t)nv_major);
+  kw_u32(&w, (uint32_t)nv_minor);
+  key_prefix_len = (size_t)(w.p - key_prefix);
+}
+
+/* The key's preimage (docs/architecture.md, "Cache key"). `req` is validated, arch set. */
+static sk_key compute_key(const sk_kernel_request *req, const sk_embedded_source *src) {
+  uint8_t buf[SK_MAX_NAME_EXPR + (SK_MAX_OPTIONS + 8) * (SK_MAX_OPTION + 4) + 768];
+  pthread_once(&key_prefix_once, key_prefix_build);
+  memcpy(buf, key_prefix, key_prefix_len);
+  key_writer w = {buf + key_prefix_len, buf + sizeof buf, false};
+  kw_u64(&w, src->closure_hash);
+  kw_str(&w, req->name_expr);
   kw_u32(&w, (uint32_t)req->num_options);
   for (size_t i = 0; i < req->num_options; i++) kw_str(&w, req->options[i]);
   kw_str(&w, req->arch);
-  int nv_major, nv_minor, ln_major, ln_minor;
-  sk_jit_versions(&nv_major, &nv_minor, &ln_major, &ln_minor);
-  kw_u32(&w, (uint32_t)nv_major);
-  kw_u32(&w, (uint32_t)nv_minor);
   kw_u32(&w, req->link ? 1u : 0u);
   if (req->link) {
-    kw_u32(&w, (uint32_t)ln_major);
-    kw_u32(&w, (uint32_t)ln_minor);
+    kw_u32(&w, (uint32_t)key_link_major);
+    kw_u32(&w, (uint32_t)key_link_minor);
   }
   /* Bounds of every field are validated, so the buffer cannot overflow; stay safe anyway. */
   XXH128_hash_t h = XXH3_128bits(buf, (size_t)(w.p - buf));
@@ -74,8 +90,9 @@ static sk_key compute_key(const sk_kernel_request *req, const sk_embedded_source
 SK_API sk_status sk_kernel_key(const sk_kernel_request *req, sk_key *key) {
   if (!key) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_kernel_key: key is NULL");
   SK_TRY(sk_runtime_ensure_init());
-  SK_TRY(sk_request_validate(req, false));
-  *key = compute_key(req, sk_find_embedded_source(req->source));
+  const sk_embedded_source *src;
+  SK_TRY(sk_request_validate(req, false, &src));
+  *key = compute_key(req, src);
   return SK_OK;
 }
 
@@ -169,7 +186,7 @@ static sk_kernel_request entry_request(const sk_kernel *e) {
   return r;
 }
 
-static void key_prefix(const sk_key *k, char out[13]) {
+static void key_hex_prefix(const sk_key *k, char out[13]) {
   char hex[33];
   sk_key_hex(k, hex, sizeof hex);
   memcpy(out, hex, 12);
@@ -330,7 +347,7 @@ static sk_status produce_cubin(sk_kernel *e) {
 
 static sk_status frozen_error(const sk_kernel_request *req, const sk_key *key) {
   char prefix[13];
-  key_prefix(key, prefix);
+  key_hex_prefix(key, prefix);
   SK_COUNT(frozen_refusals);
   SK_COUNT(failures);
   return sk_set_error(SK_ERR_KERNEL_RESOLUTION_FROZEN,
@@ -391,8 +408,8 @@ static sk_status frozen_disk_only(const sk_kernel_request *req, const sk_key *ke
 }
 
 /* Resolve to a table entry holding the cubin (no driver). */
-static sk_status resolve_entry(const sk_kernel_request *req, sk_kernel **out, sk_resolve_source *how) {
-  const sk_embedded_source *src = sk_find_embedded_source(req->source);
+static sk_status resolve_entry(const sk_kernel_request *req, const sk_embedded_source *src, sk_kernel **out,
+                               sk_resolve_source *how) {
   sk_key key = compute_key(req, src);
   sk_kernel *e = table_find(&key);
   if (SK_LIKELY(e != NULL)) {
@@ -440,10 +457,11 @@ static sk_status resolve_entry(const sk_kernel_request *req, sk_kernel **out, sk
 
 SK_API sk_status sk_kernel_prepare(const sk_kernel_request *req, sk_prepare_info *info) {
   SK_TRY(sk_runtime_ensure_init());
-  SK_TRY(sk_request_validate(req, false));
+  const sk_embedded_source *src;
+  SK_TRY(sk_request_validate(req, false, &src));
   sk_kernel *e = NULL;
   sk_resolve_source how;
-  SK_TRY(resolve_entry(req, &e, &how));
+  SK_TRY(resolve_entry(req, src, &e, &how));
   if (info) {
     info->key = e->key;
     info->source = how;
@@ -487,7 +505,8 @@ SK_API sk_status sk_kernel_resolve(const sk_kernel_request *req, sk_kernel **out
   if (SK_UNLIKELY(!out)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_kernel_resolve: out is NULL");
   *out = NULL;
   SK_TRY(sk_runtime_ensure_init());
-  SK_TRY(sk_request_validate(req, true));
+  const sk_embedded_source *src;
+  SK_TRY(sk_request_validate(req, true, &src));
   sk_kernel_request r = *req;
   if (!r.arch) {
     /* The current context's arch, cached per thread and context: the hit path stays cheap. */
@@ -503,7 +522,7 @@ SK_API sk_status sk_kernel_resolve(const sk_kernel_request *req, sk_kernel **out
     r.arch = arch;
   }
   sk_kernel *e = NULL;
-  SK_TRY(resolve_entry(&r, &e, NULL));
+  SK_TRY(resolve_entry(&r, src, &e, NULL));
   if (SK_UNLIKELY(!atomic_load_explicit(&e->function, memory_order_acquire))) SK_TRY(load_entry(e));
   *out = e;
   return SK_OK;

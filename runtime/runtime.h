@@ -118,8 +118,11 @@ sk_status sk_jit_compile(const sk_kernel_request *req, sk_compiled *out);
 /* NVRTC and nvJitLink versions (cached). */
 void sk_jit_versions(int *nvrtc_major, int *nvrtc_minor, int *link_major, int *link_minor);
 
-/* Validate a request's fields (arch may be NULL only if allow_null_arch). */
-sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch);
+/* Validate a request's fields (arch may be NULL only if allow_null_arch); on success *src (if
+ * not NULL) is the request's embedded source. */
+struct sk_embedded_source;
+sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch,
+                              const struct sk_embedded_source **src);
 
 /* ---- kernel table entries (runtime/resolve.c) ------------------------------------------ */
 
