@@ -156,3 +156,11 @@ SK_API sk_status sk_device_arch(int ordinal, char *buf, size_t size) {
   sk_arch_from_cc(major, minor, buf, size);
   return SK_OK;
 }
+
+sk_status sk_device_sm_count(int *out) {
+  SK_TRY(sk_driver_ensure_context());
+  CUdevice dev;
+  SK_CU(sk_cu.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  SK_CU(sk_cu.cuDeviceGetAttribute(out, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
+  return SK_OK;
+}

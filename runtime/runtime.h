@@ -93,6 +93,8 @@ sk_status sk_cuda_error(sk_cu_result r, const char *call);
     if (sk_cu_r_ != 0) return sk_cuda_error(sk_cu_r_, name);                                   \
   } while (0)
 
+/* Multiprocessor count of the current context's device. */
+sk_status sk_device_sm_count(int *out);
 /* "sm_90a" for 9.0, "sm_120a" for 12.0, "sm_121a" for 12.1, ... */
 void sk_arch_from_cc(int major, int minor, char *buf, size_t size);
 /* Validate an arch string ("sm_" digits, optional 'a' or 'f'). */

@@ -1,0 +1,57 @@
+/* runtime/ops/quantization/quant_common.h - what quantization.nvfp4 and quantization.mxfp8 share:
+ * caps checking, caps <-> JSON, kernel names, the plan object. */
+#ifndef SK_QUANT_COMMON_H
+#define SK_QUANT_COMMON_H
+
+#include "../../op.h"
+#include "sparkinfer/quantization.h"
+
+typedef enum quant_kind { QUANT_NVFP4 = 0, QUANT_MXFP8 = 1 } quant_kind;
+
+/* Kernel indices inside a plan. */
+enum {
+  QK_ROWS_GIVEN = 0,   /* nvfp4_rows<..., given> / mxfp8_rows<...> */
+  QK_ROWS_PARTIALS,    /* nvfp4_rows<..., from partials> */
+  QK_ROWS_IN_CTA,      /* nvfp4_rows<..., in CTA> */
+  QK_AMAX_PARTIALS,    /* nvfp4_amax_partials<T> */
+  QK_COUNT
+};
+
+struct sk_quant_plan {
+  quant_kind kind;
+  const char *op;
+  sk_quant_caps caps;            /* arch points at `arch` below */
+  char arch[SK_MAX_ARCH];
+  sk_kernel *kernels[QK_COUNT];  /* NULL where the plan's mode never launches it */
+  sk_scratch_layout scratch;
+  int amax_region;               /* scratch region of the amax partials, -1 if none */
+  int sm_count;
+};
+
+#define QUANT_THREADS 256       /* kNvfp4Threads / kMxfp8Threads */
+#define QUANT_MAX_PARTIALS 1024 /* kMaxAmaxPartials */
+#define QUANT_IN_CTA_MAX_ELEMS 32768 /* computed global scale in one launch below this */
+
+/* Caps check for `kind` (fills a normalised copy). */
+sk_status quant_check_caps(quant_kind kind, const sk_quant_caps *caps, sk_quant_caps *out);
+/* The kernel name expressions a plan with `caps` needs, for `arch`: names[i] for QK_* (empty
+ * string when unused). */
+void quant_kernel_names(quant_kind kind, const sk_quant_caps *caps, const char *arch, char names[QK_COUNT][160],
+                        char params[160]);
+/* Create a plan: check, resolve, lay out scratch. */
+sk_status quant_plan_create(quant_kind kind, const sk_quant_caps *caps, sk_quant_plan **out);
+/* caps <-> JSON for manifests and the warm-up record. */
+struct cJSON *quant_caps_to_json(const sk_quant_caps *caps);
+sk_status quant_caps_from_json(const struct cJSON *j, sk_quant_caps *caps);
+sk_status quant_build_requests(quant_kind kind, const struct cJSON *caps, const char *arch, sk_request_list *out);
+bool quant_is_supported(quant_kind kind, const char *arch);
+/* Bind the parts both ops share (x, values, scales); returns M and fills ptr[0..3]. */
+sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLTensor *values,
+                            const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
+                            int64_t *m_out);
+
+/* Each op's launches (binding already checked). */
+sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
+sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
+
+#endif
