@@ -126,6 +126,11 @@ sk_status sk_op_resolve(const char *op, const char *source, const char *name_exp
                         const char *arch, sk_kernel **out) {
   sk_kernel_request r = {op, source, name_expr, params, arch, NULL, 0, 0};
   sk_status s = sk_kernel_resolve(&r, out);
+  if ((s == SK_ERR_NO_DRIVER || s == SK_ERR_NO_DEVICE) && arch) {
+    /* No GPU here: an offline plan (compiled and cached, validates and binds; run reports
+     * that nothing is loaded). */
+    s = sk_kernel_resolve_offline(&r, out);
+  }
   if (s != SK_OK && s != SK_ERR_KERNEL_RESOLUTION_FROZEN) return sk_wrap_error(s, "%s plan", op);
   return s;
 }

@@ -528,6 +528,14 @@ SK_API sk_status sk_kernel_resolve(const sk_kernel_request *req, sk_kernel **out
   return SK_OK;
 }
 
+sk_status sk_kernel_resolve_offline(const sk_kernel_request *req, sk_kernel **out) {
+  *out = NULL;
+  SK_TRY(sk_runtime_ensure_init());
+  const sk_embedded_source *src;
+  SK_TRY(sk_request_validate(req, false, &src));
+  return resolve_entry(req, src, out, NULL);
+}
+
 SK_API sk_status sk_kernel_launch(const sk_kernel *kernel, sk_dim3 grid, sk_dim3 block, unsigned shared_bytes,
                                   void *stream, void **args) {
   if (SK_UNLIKELY(!kernel || !atomic_load_explicit(&kernel->function, memory_order_relaxed)))

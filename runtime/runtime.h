@@ -155,6 +155,10 @@ struct sk_kernel {
   pthread_cond_t cv;
 };
 
+/* Resolve to a table entry holding the cubin without loading it (no GPU): plans made on a
+ * machine without a GPU validate and bind, and their run fails with a clear status. */
+sk_status sk_kernel_resolve_offline(const sk_kernel_request *req, sk_kernel **out);
+
 /* Iterate every READY entry (for the warm-up record); cb returns nonzero to stop. */
 void sk_table_foreach(int (*cb)(void *ud, const sk_kernel *k), void *ud);
 

@@ -33,7 +33,8 @@ SK_API sk_status sk_nvfp4_bind(const sk_quant_plan *p, const DLTensor *x, const 
     b.dim[1] = MODE_IN_CTA; /* one launch: small tensors are latency-bound */
   } else {
     b.dim[1] = MODE_PARTIALS;
-    int64_t partials = grid < 2 * (int64_t)p->sm_count ? grid : 2 * (int64_t)p->sm_count;
+    const int64_t sms = p->sm_count > 0 ? p->sm_count : 128; /* offline plans know no SM count */
+    int64_t partials = grid < 2 * sms ? grid : 2 * sms;
     b.dim[3] = partials < 1 ? 1 : partials > QUANT_MAX_PARTIALS ? QUANT_MAX_PARTIALS : partials;
     b.ptr[5] = views[p->amax_region];
   }

@@ -94,7 +94,7 @@ sk_status quant_plan_create(quant_kind kind, const sk_quant_caps *caps, sk_quant
     s = sk_set_error(SK_ERR_UNSUPPORTED, "%s: SK_PATH_SM120 needs sm_120a/sm_121a, the target is %s", op, p->arch);
   c.arch = p->arch;
   p->caps = c;
-  if (s == SK_OK) s = sk_device_sm_count(&p->sm_count);
+  if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
   char names[QK_COUNT][160], params[160];
   quant_kernel_names(kind, &c, p->arch, names, params);
   for (int i = 0; s == SK_OK && i < QK_COUNT; i++)
