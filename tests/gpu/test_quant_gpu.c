@@ -1,0 +1,250 @@
+/* quantization.nvfp4 / quantization.mxfp8 on a GPU: bit-exact against the CPU reference
+ * (tests/ref/skref.h) over many shapes, dtypes, layouts and global-scale modes, with outliers,
+ * wide-range values and NaN/Inf/zero specials; poisoned outputs; graph capture after a freeze
+ * replays bit-identically to eager runs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_util.h"
+#include "ref/skref.h"
+#include "sparkinfer/quantization.h"
+#include "testutil.h"
+
+static char *dir;
+static void setup(void) {
+  dir = tu_tempdir("gpuq");
+  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  CUDA_OK(cudaSetDevice(0));
+  CUDA_OK(cudaFree(0));
+}
+static void teardown(void) { tu_rmrf(dir); free(dir); }
+
+static DLTensor tensor(void *data, DLDataType dt, int ndim, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCUDA;
+  t.ndim = ndim;
+  t.dtype = dt;
+  t.shape = shape;
+  return t;
+}
+
+typedef struct qcase {
+  int nvfp4;
+  skref_dtype dtype;
+  int64_t m, k;
+  sk_scale_layout scales;
+  sk_global_scale_mode gs;
+  int data_kind; /* 0 normal+outliers, 1 wide range, 2 normal + specials (NaN/Inf/0) */
+  sk_path path;
+} qcase;
+
+/* Device buffers big enough for a case, allocated per case (the test is about bits, not time). */
+static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
+  const int64_t m = c->m, k = c->k, block = c->nvfp4 ? 16 : 32;
+  const size_t n = (size_t)(m * k), vbytes = c->nvfp4 ? n / 2 : n, cols = (size_t)(k / block);
+  const size_t swz = sk_swizzled_scale_bytes(m, (int64_t)cols), rowsz = (size_t)m * cols;
+  uint16_t *hx = malloc(n * 2);
+  if (c->data_kind == 1) skref_fill_wide_range(rng, hx, n, c->dtype);
+  else skref_fill_normal(rng, hx, n, c->dtype, 1.0f, 0.001, 1000.0f);
+  if (c->data_kind == 2) skref_sprinkle_specials(rng, hx, n, c->dtype, 0.01);
+  float given_gs = c->gs == SK_GLOBAL_SCALE_GIVEN ? (float)(448.0 * 6.0 / (1.0 + 10.0 * skref_rng_uniform(rng))) : 0.0f;
+
+  uint8_t *rv = malloc(vbytes), *rs = malloc(swz), *rr = malloc(rowsz);
+  float ref_gs = 0;
+  int rc = c->nvfp4 ? skref_quantize_nvfp4(hx, c->dtype, (size_t)m, (size_t)k, (size_t)k,
+                                           c->gs == SK_GLOBAL_SCALE_GIVEN ? &given_gs : NULL, &ref_gs, rv,
+                                           (c->scales & 1) ? rs : NULL, (c->scales & 2) ? rr : NULL)
+                    : skref_quantize_mxfp8(hx, c->dtype, (size_t)m, (size_t)k, (size_t)k, rv,
+                                           (c->scales & 1) ? rs : NULL, (c->scales & 2) ? rr : NULL);
+  cr_assert_eq(rc, 0);
+
+  void *dx, *dv, *ds = NULL, *dr = NULL, *dgs, *scratch = NULL;
+  CUDA_OK(cudaMalloc(&dx, n * 2));
+  CUDA_OK(cudaMalloc(&dv, vbytes));
+  if (c->scales & 1) CUDA_OK(cudaMalloc(&ds, swz));
+  if (c->scales & 2) CUDA_OK(cudaMalloc(&dr, rowsz));
+  CUDA_OK(cudaMalloc(&dgs, 4));
+  CUDA_OK(cudaMemcpy(dx, hx, n * 2, cudaMemcpyHostToDevice));
+  /* Poison every output: a byte the kernel fails to write shows up as 0xA5. */
+  CUDA_OK(cudaMemset(dv, 0xA5, vbytes));
+  if (ds) CUDA_OK(cudaMemset(ds, 0xA5, swz));
+  if (dr) CUDA_OK(cudaMemset(dr, 0xA5, rowsz));
+  if (c->gs == SK_GLOBAL_SCALE_GIVEN) CUDA_OK(cudaMemcpy(dgs, &given_gs, 4, cudaMemcpyHostToDevice));
+  else CUDA_OK(cudaMemset(dgs, 0xA5, 4));
+
+  sk_quant_caps caps = {c->dtype == SKREF_BF16 ? SK_DTYPE_BF16 : SK_DTYPE_FP16, k, m, c->scales, c->gs, c->path, NULL};
+  sk_quant_plan *plan;
+  SK_OK_OR_FAIL(c->nvfp4 ? sk_nvfp4_plan_create(&caps, &plan) : sk_mxfp8_plan_create(&caps, &plan));
+  sk_scratch_spec spec;
+  SK_OK_OR_FAIL(sk_quant_scratch_spec(plan, &spec));
+  if (spec.bytes) CUDA_OK(cudaMalloc(&scratch, spec.bytes));
+  int64_t xs[2] = {m, k}, vs[2] = {m, c->nvfp4 ? k / 2 : k}, ss[1] = {(int64_t)swz}, rs_shape[2] = {m, (int64_t)cols},
+          gss[1] = {1};
+  DLTensor tx = tensor(dx, c->dtype == SKREF_BF16 ? (DLDataType){kDLBfloat, 16, 1} : (DLDataType){kDLFloat, 16, 1}, 2, xs);
+  DLTensor tv = tensor(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs);
+  DLTensor ts = tensor(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss);
+  DLTensor tr = tensor(dr, (DLDataType){kDLUInt, 8, 1}, 2, rs_shape);
+  DLTensor tg = tensor(dgs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
+  sk_binding b;
+  if (c->nvfp4)
+    SK_OK_OR_FAIL(sk_nvfp4_bind(plan, &tx, &tv, ds ? &ts : NULL, dr ? &tr : NULL, &tg, scratch, spec.bytes, &b));
+  else
+    SK_OK_OR_FAIL(sk_mxfp8_bind(plan, &tx, &tv, ds ? &ts : NULL, dr ? &tr : NULL, NULL, 0, &b));
+  SK_OK_OR_FAIL(sk_quant_run(plan, &b, NULL));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+
+  uint8_t *gv = malloc(vbytes), *gsw = malloc(swz), *grr = malloc(rowsz);
+  float got_gs;
+  CUDA_OK(cudaMemcpy(gv, dv, vbytes, cudaMemcpyDeviceToHost));
+  if (ds) CUDA_OK(cudaMemcpy(gsw, ds, swz, cudaMemcpyDeviceToHost));
+  if (dr) CUDA_OK(cudaMemcpy(grr, dr, rowsz, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&got_gs, dgs, 4, cudaMemcpyDeviceToHost));
+  const char *name = c->nvfp4 ? "nvfp4" : "mxfp8";
+  if (c->nvfp4)
+    cr_assert_eq(skref_f32_bits(got_gs), skref_f32_bits(ref_gs), "seed %llu %s M=%lld K=%lld: global scale %a != %a",
+                 (unsigned long long)seed, name, (long long)m, (long long)k, got_gs, ref_gs);
+  for (size_t i = 0; i < vbytes; i++)
+    if (gv[i] != rv[i])
+      cr_assert_fail("seed %llu %s dtype %d M=%lld K=%lld layout %d gs %d data %d: value byte %zu = 0x%02x, ref 0x%02x",
+                     (unsigned long long)seed, name, c->dtype, (long long)m, (long long)k, c->scales, c->gs, c->data_kind,
+                     i, gv[i], rv[i]);
+  if (ds)
+    for (size_t i = 0; i < swz; i++)
+      if (gsw[i] != rs[i])
+        cr_assert_fail("seed %llu %s M=%lld K=%lld: swizzled scale byte %zu = 0x%02x, ref 0x%02x",
+                       (unsigned long long)seed, name, (long long)m, (long long)k, i, gsw[i], rs[i]);
+  if (dr)
+    for (size_t i = 0; i < rowsz; i++)
+      if (grr[i] != rr[i])
+        cr_assert_fail("seed %llu %s M=%lld K=%lld: row scale %zu = 0x%02x, ref 0x%02x", (unsigned long long)seed, name,
+                       (long long)m, (long long)k, i, grr[i], rr[i]);
+  sk_quant_plan_destroy(plan);
+  CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dv)); CUDA_OK(cudaFree(dgs));
+  if (ds) CUDA_OK(cudaFree(ds));
+  if (dr) CUDA_OK(cudaFree(dr));
+  if (scratch) CUDA_OK(cudaFree(scratch));
+  free(hx); free(rv); free(rs); free(rr); free(gv); free(gsw); free(grr);
+}
+
+static const int64_t ms[] = {1, 2, 3, 16, 127, 128, 129, 1000, 4096};
+static const int64_t ks[] = {64, 2048, 4096, 7168};
+
+Test(gpu_quant, nvfp4_bit_exact_over_shapes, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu nvfp4");
+  skref_rng rng;
+  skref_rng_seed(&rng, seed);
+  int i = 0;
+  for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+    for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++, i++) {
+      qcase c = {1, i % 5 == 4 ? SKREF_FP16 : SKREF_BF16, ms[a], ks[b], (sk_scale_layout)(1 + i % 3),
+                 (sk_global_scale_mode)(i % 2), i % 3, i % 4 == 3 ? SK_PATH_PORTABLE : SK_PATH_AUTO};
+      run_case(&c, &rng, seed);
+    }
+  /* The extremes: M = 16384 and K = 16384. */
+  qcase big1 = {1, SKREF_BF16, 16384, 2048, SK_SCALES_BOTH, SK_GLOBAL_SCALE_COMPUTED, 2, SK_PATH_AUTO};
+  qcase big2 = {1, SKREF_BF16, 1000, 16384, SK_SCALES_BOTH, SK_GLOBAL_SCALE_GIVEN, 0, SK_PATH_AUTO};
+  qcase big3 = {1, SKREF_FP16, 16384, 4096, SK_SCALES_SWIZZLED, SK_GLOBAL_SCALE_COMPUTED, 1, SK_PATH_AUTO};
+  run_case(&big1, &rng, seed);
+  run_case(&big2, &rng, seed);
+  run_case(&big3, &rng, seed);
+}
+
+Test(gpu_quant, mxfp8_bit_exact_over_shapes, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mxfp8");
+  skref_rng rng;
+  skref_rng_seed(&rng, seed);
+  int i = 0;
+  for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+    for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++, i++) {
+      qcase c = {0, i % 5 == 4 ? SKREF_FP16 : SKREF_BF16, ms[a], ks[b], (sk_scale_layout)(1 + i % 3),
+                 SK_GLOBAL_SCALE_GIVEN, i % 3, i % 4 == 3 ? SK_PATH_PORTABLE : SK_PATH_AUTO};
+      run_case(&c, &rng, seed);
+    }
+  qcase big1 = {0, SKREF_BF16, 16384, 2048, SK_SCALES_BOTH, SK_GLOBAL_SCALE_GIVEN, 2, SK_PATH_AUTO};
+  qcase big2 = {0, SKREF_FP16, 1000, 16384, SK_SCALES_BOTH, SK_GLOBAL_SCALE_GIVEN, 1, SK_PATH_AUTO};
+  run_case(&big1, &rng, seed);
+  run_case(&big2, &rng, seed);
+}
+
+/* Planned ops captured in a CUDA graph after the freeze replay bit-identically to eager runs. */
+Test(gpu_quant, graph_capture_after_freeze_is_bit_exact, .init = setup, .fini = teardown) {
+  uint64_t seed = skref_test_seed("gpu quant graph");
+  skref_rng rng;
+  skref_rng_seed(&rng, seed);
+  const int64_t m = 300, k = 4096;
+  const size_t n = (size_t)(m * k);
+  uint16_t *hx = malloc(n * 2);
+  skref_fill_normal(&rng, hx, n, SKREF_BF16, 2.0f, 0.01, 100.0f);
+  sk_quant_caps nc = {SK_DTYPE_BF16, k, m, SK_SCALES_BOTH, SK_GLOBAL_SCALE_COMPUTED, SK_PATH_AUTO, NULL};
+  sk_quant_caps mc = {SK_DTYPE_BF16, k, m, SK_SCALES_BOTH, SK_GLOBAL_SCALE_GIVEN, SK_PATH_AUTO, NULL};
+  sk_quant_plan *np, *mp;
+  SK_OK_OR_FAIL(sk_nvfp4_plan_create(&nc, &np));
+  SK_OK_OR_FAIL(sk_mxfp8_plan_create(&mc, &mp));
+  SK_OK_OR_FAIL(sk_freeze_kernel_resolution("graph test"));
+  /* A shape family nobody warmed is refused now. */
+  sk_quant_caps cold = nc;
+  cold.dtype = SK_DTYPE_FP16;
+  sk_quant_plan *cp;
+  cr_assert_eq(sk_nvfp4_plan_create(&cold, &cp), SK_ERR_KERNEL_RESOLUTION_FROZEN, "%s", sk_last_error_message());
+
+  const size_t swz4 = sk_swizzled_scale_bytes(m, k / 16), swz8 = sk_swizzled_scale_bytes(m, k / 32);
+  const size_t total = n / 2 + swz4 + (size_t)m * (k / 16) + n + swz8 + (size_t)m * (k / 32) + 4;
+  void *dx, *out, *scratch;
+  sk_scratch_spec spec;
+  SK_OK_OR_FAIL(sk_quant_scratch_spec(np, &spec));
+  CUDA_OK(cudaMalloc(&dx, n * 2));
+  CUDA_OK(cudaMalloc(&out, total + 64));
+  CUDA_OK(cudaMalloc(&scratch, spec.bytes));
+  CUDA_OK(cudaMemcpy(dx, hx, n * 2, cudaMemcpyHostToDevice));
+  uint8_t *o = out;
+  uint8_t *v4 = o, *s4 = v4 + n / 2, *r4 = s4 + swz4, *v8 = r4 + (size_t)m * (k / 16), *s8 = v8 + n,
+          *r8 = s8 + swz8, *gs = (uint8_t *)(((uintptr_t)(r8 + (size_t)m * (k / 32)) + 15) & ~(uintptr_t)15);
+  int64_t xs[2] = {m, k}, v4s[2] = {m, k / 2}, s4s[1] = {(int64_t)swz4}, r4s[2] = {m, k / 16}, v8s[2] = {m, k},
+          s8s[1] = {(int64_t)swz8}, r8s[2] = {m, k / 32}, gss[1] = {1};
+  DLTensor tx = tensor(dx, (DLDataType){kDLBfloat, 16, 1}, 2, xs), tv4 = tensor(v4, (DLDataType){kDLUInt, 8, 1}, 2, v4s),
+           ts4 = tensor(s4, (DLDataType){kDLUInt, 8, 1}, 1, s4s), tr4 = tensor(r4, (DLDataType){kDLUInt, 8, 1}, 2, r4s),
+           tv8 = tensor(v8, (DLDataType){kDLUInt, 8, 1}, 2, v8s), ts8 = tensor(s8, (DLDataType){kDLUInt, 8, 1}, 1, s8s),
+           tr8 = tensor(r8, (DLDataType){kDLUInt, 8, 1}, 2, r8s), tg = tensor(gs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
+  sk_binding bn, bm;
+  SK_OK_OR_FAIL(sk_nvfp4_bind(np, &tx, &tv4, &ts4, &tr4, &tg, scratch, spec.bytes, &bn));
+  SK_OK_OR_FAIL(sk_mxfp8_bind(mp, &tx, &tv8, &ts8, &tr8, NULL, 0, &bm));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  uint8_t *eager = malloc(total + 64), *replay = malloc(total + 64);
+  CUDA_OK(cudaMemsetAsync(out, 0xA5, total + 64, s));
+  SK_OK_OR_FAIL(sk_quant_run(np, &bn, s));
+  SK_OK_OR_FAIL(sk_quant_run(mp, &bm, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(eager, out, total + 64, cudaMemcpyDeviceToHost));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  SK_OK_OR_FAIL(sk_quant_run(np, &bn, s));
+  SK_OK_OR_FAIL(sk_quant_run(mp, &bm, s));
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 3; rep++) {
+    CUDA_OK(cudaMemsetAsync(out, 0xA5, total + 64, s));
+    CUDA_OK(cudaGraphLaunch(ge, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(replay, out, total + 64, cudaMemcpyDeviceToHost));
+    cr_assert_eq(memcmp(eager, replay, total + 64), 0, "seed %llu: replay %d differs from eager", (unsigned long long)seed, rep);
+  }
+  /* And eager equals the reference. */
+  uint8_t *rv = malloc(n / 2), *rs = malloc(swz4);
+  float rgs;
+  skref_quantize_nvfp4(hx, SKREF_BF16, (size_t)m, (size_t)k, (size_t)k, NULL, &rgs, rv, rs, NULL);
+  cr_assert_eq(memcmp(eager, rv, n / 2), 0, "seed %llu: eager nvfp4 values differ from the reference", (unsigned long long)seed);
+  cr_assert_eq(memcmp(eager + n / 2, rs, swz4), 0, "seed %llu: eager nvfp4 scales differ", (unsigned long long)seed);
+  CUDA_OK(cudaGraphExecDestroy(ge));
+  CUDA_OK(cudaGraphDestroy(g));
+  CUDA_OK(cudaStreamDestroy(s));
+  CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(out)); CUDA_OK(cudaFree(scratch));
+  sk_quant_plan_destroy(np);
+  sk_quant_plan_destroy(mp);
+  free(hx); free(eager); free(replay); free(rv); free(rs);
+}
