@@ -1,0 +1,60 @@
+// Block-scale layouts shared by the quantizers and the block-scaled GEMMs.
+//
+// Row-major: scale (m, k) at m * num_scale_cols + k.
+//
+// 128x4 swizzled ("MMA") layout of CUTLASS / cuBLASLt / FlashInfer: the [M, num_scale_cols]
+// scale matrix is cut into 128-row x 4-column tiles of 512 bytes, tiles stored row-tile-major
+// ([ceil(M/128), ceil(cols/4)]), and inside a tile row m and column k go to
+//   (m % 32) * 16 + ((m % 128) / 32) * 4 + (k % 4),
+// so that the four rows m, m+32, m+64, m+96 and four columns of one tile are 16 contiguous
+// bytes. Rows past M and columns past num_scale_cols are padding, which the quantizers write
+// as 0. The host C version is skref_swizzled_scale_offset() in tests/ref/skref.h.
+#pragma once
+#include "common/defs.cuh"
+
+namespace sk {
+
+// Which scale layouts a quantizer writes (bit flags).
+enum ScaleLayout : int { kScalesSwizzled = 1, kScalesRowMajor = 2, kScalesBoth = 3 };
+
+SK_HOST_DEVICE int swizzled_k_tiles(int num_scale_cols) { return (num_scale_cols + 3) / 4; }
+SK_HOST_DEVICE int swizzled_padded_rows(int M) { return (M + 127) / 128 * 128; }
+
+SK_HOST_DEVICE i64 swizzled_scale_offset(int m, int kcol, int num_k_tiles) {
+  return i64(m / 128) * num_k_tiles * 512 + i64(kcol / 4) * 512 + (m % 32) * 16 +
+         ((m % 128) / 32) * 4 + kcol % 4;
+}
+
+SK_HOST_DEVICE i64 swizzled_scale_bytes(int M, int num_scale_cols) {
+  return i64(swizzled_padded_rows(M)) * swizzled_k_tiles(num_scale_cols) * 4;
+}
+
+// Zero the padding of a swizzled scale buffer, spread over `num_threads` threads (thread
+// `tid` of them): rows M..padded-1 as 4-byte words (one row of one k-tile each), then the
+// 0..3 columns past num_scale_cols of rows 0..M-1 as bytes. `scales` must be 4-byte aligned.
+SK_DEVICE void zero_swizzled_padding(u8* __restrict__ scales, int M, int num_scale_cols,
+                                     i64 tid, i64 num_threads) {
+  const int k_tiles = swizzled_k_tiles(num_scale_cols);
+  const i64 pad_words = i64(swizzled_padded_rows(M) - M) * k_tiles;
+  for (i64 w = tid; w < pad_words; w += num_threads) {
+    const int m = M + int(w / k_tiles), kt = int(w % k_tiles);
+    *reinterpret_cast<u32*>(scales + swizzled_scale_offset(m, kt * 4, k_tiles)) = 0u;
+  }
+  const int extra_cols = k_tiles * 4 - num_scale_cols;
+  if (extra_cols == 0) return;
+  for (i64 i = tid; i < i64(M) * extra_cols; i += num_threads) {
+    const int m = int(i / extra_cols), k = num_scale_cols + int(i % extra_cols);
+    scales[swizzled_scale_offset(m, k, k_tiles)] = 0;
+  }
+}
+
+// Store one scale byte into the layouts selected by LAYOUT (null pointers for the others).
+template <int LAYOUT>
+SK_DEVICE void store_scale(u8* __restrict__ swizzled, u8* __restrict__ rows, int m, int kcol,
+                           int num_scale_cols, u8 scale) {
+  if constexpr ((LAYOUT & kScalesSwizzled) != 0)
+    swizzled[swizzled_scale_offset(m, kcol, swizzled_k_tiles(num_scale_cols))] = scale;
+  if constexpr ((LAYOUT & kScalesRowMajor) != 0) rows[i64(m) * num_scale_cols + kcol] = scale;
+}
+
+}  // namespace sk
