@@ -106,6 +106,20 @@ SK_HOST_DEVICE float min_f32(float a, float b) {
 
 SK_HOST_DEVICE float abs_f32(float a) { return f32_from_bits(f32_bits(a) & 0x7FFFFFFFu); }
 
+// Block maxima are taken on the magnitude bits as unsigned integers (same order as the
+// non-negative floats they encode): exact, and independent of how a max instruction treats
+// quiet or signalling NaNs.
+// |v| as bits, or 0 for NaN (Inf kept): the block amax skips NaN.
+SK_HOST_DEVICE u32 magnitude_bits_skip_nan(float v) {
+  const u32 a = f32_bits(v) & 0x7FFFFFFFu;
+  return a <= 0x7F800000u ? a : 0u;
+}
+// |v| as bits, or 0 for NaN and +-Inf: the tensor amax of the NVFP4 global scale.
+SK_HOST_DEVICE u32 magnitude_bits_finite(float v) {
+  const u32 a = f32_bits(v) & 0x7FFFFFFFu;
+  return a < 0x7F800000u ? a : 0u;
+}
+
 // ---- rounding core (software path) -------------------------------------------------------
 // v >> s, rounded to nearest, ties to even.
 SK_HOST_DEVICE u32 rne_shift_right(u32 v, u32 s) {

@@ -57,13 +57,13 @@ __global__ void __launch_bounds__(kMxfp8Threads)
     const int row = int(c / chunks_per_row), chunk_in_row = int(c % chunks_per_row);
     float v[8];
     widen8<T>(__ldg(reinterpret_cast<const uint4*>(x + i64(row) * ld_x + chunk_in_row * 8)), v);
-    float amax = 0.0f;
+    u32 amax = 0;
 #pragma unroll
-    for (int i = 0; i < 8; i++) amax = max_f32(amax, abs_f32(v[i]));  // NaN is skipped
-    amax = max_f32(amax, __shfl_xor_sync(quad_mask, amax, 1));
-    amax = max_f32(amax, __shfl_xor_sync(quad_mask, amax, 2));
+    for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
+    amax = max(amax, __shfl_xor_sync(quad_mask, amax, 1));
+    amax = max(amax, __shfl_xor_sync(quad_mask, amax, 2));
 
-    const u8 scale = mxfp8_block_scale(amax);
+    const u8 scale = mxfp8_block_scale(f32_from_bits(amax));
     const float inv = e8m0_reciprocal(scale);  // a power of two: x * inv is exact unless tiny
     float q[8];
 #pragma unroll

@@ -93,28 +93,22 @@ SK_DEVICE u32 nvfp4_quantize8(const float (&v)[8], float eff) {
   return e2m1x8_clear_negative_zeros(pack_e2m1x8<CVT>(q));
 }
 
-SK_DEVICE float finite_abs_or_zero(float v) {
-  const u32 a = f32_bits(v) & 0x7FFFFFFFu;
-  return a < 0x7F800000u ? f32_from_bits(a) : 0.0f;
-}
-
-SK_DEVICE float warp_max(float v) {
+SK_DEVICE u32 warp_max_bits(u32 v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = max_f32(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
   return v;
 }
 
-// Max over the block of non-negative values; every thread gets the result.
-SK_DEVICE float block_max(float v) {
-  __shared__ float warp_maxes[32];
+// Max over the CTA (all threads must call it); every thread gets the result.
+SK_DEVICE u32 block_max_bits(u32 v) {
+  __shared__ u32 warp_maxes[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_max(v);
+  v = warp_max_bits(v);
   if (lane == 0) warp_maxes[warp] = v;
   __syncthreads();
-  v = lane < int(blockDim.x + 31) / 32 ? warp_maxes[lane] : 0.0f;
-  v = warp_max(v);
-  __syncthreads();  // warp_maxes may be reused by the caller's next block_max
+  v = lane < int(blockDim.x + 31) / 32 ? warp_maxes[lane] : 0u;
+  v = warp_max_bits(v);
+  __syncthreads();  // warp_maxes may be reused by a later call
   return v;
 }
 
@@ -124,18 +118,18 @@ SK_DEVICE uint4 load_chunk(const T* __restrict__ x, int ld_x, int chunks_per_row
   return __ldg(reinterpret_cast<const uint4*>(x + i64(row) * ld_x + col));
 }
 
-// max |x| over the finite elements of the chunks tid, tid + stride, ...
+// max |x| (as bits) over the finite elements of the chunks tid, tid + stride, ...
 template <typename T>
-SK_DEVICE float strided_finite_amax(const T* __restrict__ x, int ld_x, int M, int K, i64 tid,
-                                    i64 stride) {
+SK_DEVICE u32 strided_finite_amax_bits(const T* __restrict__ x, int ld_x, int M, int K, i64 tid,
+                                       i64 stride) {
   const int chunks_per_row = K / 8;
   const i64 chunks = i64(M) * chunks_per_row;
-  float amax = 0.0f;
+  u32 amax = 0;
   for (i64 c = tid; c < chunks; c += stride) {
     float v[8];
     widen8<T>(load_chunk(x, ld_x, chunks_per_row, c), v);
 #pragma unroll
-    for (int i = 0; i < 8; i++) amax = max_f32(amax, finite_abs_or_zero(v[i]));
+    for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_finite(v[i]));
   }
   return amax;
 }
@@ -145,9 +139,9 @@ __global__ void __launch_bounds__(kNvfp4Threads)
     nvfp4_amax_partials(const T* __restrict__ x, int ld_x, int M, int K,
                         float* __restrict__ amax_partials) {
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
-  const float amax = block_max(
-      strided_finite_amax(x, ld_x, M, K, tid, i64(gridDim.x) * blockDim.x));
-  if (threadIdx.x == 0) amax_partials[blockIdx.x] = amax;
+  const u32 amax =
+      block_max_bits(strided_finite_amax_bits(x, ld_x, M, K, tid, i64(gridDim.x) * blockDim.x));
+  if (threadIdx.x == 0) amax_partials[blockIdx.x] = f32_from_bits(amax);
 }
 
 template <typename T, int LAYOUT, int GS_MODE, int CVT>
@@ -165,17 +159,16 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   if constexpr (GS_MODE == kGlobalScaleGiven) {
     gs = __ldg(global_scale);
   } else {
-    float amax;
+    u32 amax = 0;
     if constexpr (GS_MODE == kGlobalScaleFromPartials) {
-      amax = 0.0f;
       for (int i = threadIdx.x; i < num_partials; i += blockDim.x)
-        amax = max_f32(amax, __ldg(amax_partials + i));
-      amax = block_max(amax);
+        amax = max(amax, magnitude_bits_finite(__ldg(amax_partials + i)));
+      amax = block_max_bits(amax);
     } else {
       if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
-      amax = block_max(strided_finite_amax(x, ld_x, M, K, threadIdx.x, blockDim.x));
+      amax = block_max_bits(strided_finite_amax_bits(x, ld_x, M, K, threadIdx.x, blockDim.x));
     }
-    gs = nvfp4_global_scale_from_amax(amax);
+    gs = nvfp4_global_scale_from_amax(f32_from_bits(amax));
     if (tid == 0) *global_scale = gs;
   }
   const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
@@ -188,13 +181,13 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   for (i64 c = tid; c < chunks; c += num_threads) {
     float v[8];
     widen8<T>(load_chunk(x, ld_x, chunks_per_row, c), v);
-    float amax = 0.0f;
+    u32 amax = 0;
 #pragma unroll
-    for (int i = 0; i < 8; i++) amax = max_f32(amax, abs_f32(v[i]));  // NaN is skipped
-    amax = max_f32(amax, __shfl_xor_sync(pair_mask, amax, 1));
+    for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
+    amax = max(amax, __shfl_xor_sync(pair_mask, amax, 1));
 
     float eff;
-    const u8 scale = nvfp4_block_scale<CVT>(amax, gs, gs_recip, eff);
+    const u8 scale = nvfp4_block_scale<CVT>(f32_from_bits(amax), gs, gs_recip, eff);
     const int row = int(c / chunks_per_row), chunk_in_row = int(c % chunks_per_row);
     *reinterpret_cast<u32*>(values + i64(row) * (K / 2) + chunk_in_row * 4) =
         nvfp4_quantize8<CVT>(v, eff);

@@ -1,4 +1,7 @@
 /* skref number formats, conversions and test-data helpers. See skref.h. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, getpid */
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

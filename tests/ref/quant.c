@@ -26,11 +26,15 @@ size_t skref_swizzled_scale_bytes(size_t M, size_t num_scale_cols) {
 }
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-/* max |x| over the non-NaN values, starting from 0 (fmaxf returns the non-NaN operand). */
+/* max |x| over the non-NaN values (0 if none), compared as integers on the magnitude bits: no
+ * dependence on how a libm fmaxf treats signalling NaNs. */
 static float block_amax(const float *x, size_t n) {
-  float amax = 0.0f;
-  for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-  return amax;
+  uint32_t amax = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t a = skref_f32_bits(x[i]) & 0x7FFFFFFFu;
+    if (a <= 0x7F800000u && a > amax) amax = a;
+  }
+  return skref_f32_from_bits(amax);
 }
 
 static void store_scale(uint8_t *swizzled, uint8_t *rows, size_t m, size_t kcol, size_t cols,
@@ -47,13 +51,13 @@ static int bad_args(const uint16_t *x, size_t M, size_t K, size_t ld_x, size_t b
 /* ---- NVFP4 ----------------------------------------------------------------------------------- */
 float skref_nvfp4_tensor_amax(const uint16_t *x, skref_dtype dtype, size_t M, size_t K,
                               size_t ld_x) {
-  float amax = 0.0f;
+  uint32_t amax = 0;
   for (size_t m = 0; m < M; m++)
     for (size_t k = 0; k < K; k++) {
-      float a = fabsf(skref_half_to_float(x[m * ld_x + k], dtype));
-      if (a < INFINITY) amax = fmaxf(amax, a); /* skips NaN and Inf */
+      uint32_t a = skref_f32_bits(skref_half_to_float(x[m * ld_x + k], dtype)) & 0x7FFFFFFFu;
+      if (a < 0x7F800000u && a > amax) amax = a; /* skips NaN and Inf */
     }
-  return amax;
+  return skref_f32_from_bits(amax);
 }
 
 float skref_nvfp4_global_scale_from_amax(float amax) {
