@@ -37,13 +37,13 @@ SK_DEVICE void zero_swizzled_padding(u8* __restrict__ scales, int M, int num_sca
   const int k_tiles = swizzled_k_tiles(num_scale_cols);
   const i64 pad_words = i64(swizzled_padded_rows(M) - M) * k_tiles;
   for (i64 w = tid; w < pad_words; w += num_threads) {
-    const int m = M + int(w / k_tiles), kt = int(w % k_tiles);
+    const int m = M + int(u32(w) / u32(k_tiles)), kt = int(u32(w) % u32(k_tiles));  // < 2^31
     *reinterpret_cast<u32*>(scales + swizzled_scale_offset(m, kt * 4, k_tiles)) = 0u;
   }
   const int extra_cols = k_tiles * 4 - num_scale_cols;
   if (extra_cols == 0) return;
   for (i64 i = tid; i < i64(M) * extra_cols; i += num_threads) {
-    const int m = int(i / extra_cols), k = num_scale_cols + int(i % extra_cols);
+    const int m = int(u32(i) / u32(extra_cols)), k = num_scale_cols + int(u32(i) % u32(extra_cols));
     scales[swizzled_scale_offset(m, k, k_tiles)] = 0;
   }
 }

@@ -54,7 +54,9 @@ __global__ void __launch_bounds__(kMxfp8Threads)
   const i64 chunks = i64(M) * chunks_per_row;
   const unsigned quad_mask = 15u << (threadIdx.x & 28u);
   for (i64 c = tid; c < chunks; c += num_threads) {
-    const int row = int(c / chunks_per_row), chunk_in_row = int(c % chunks_per_row);
+    // M*K <= 2^34 keeps chunk indices below 2^31: 32-bit division is exact and cheap.
+    const u32 c32 = u32(c), cpr = u32(chunks_per_row);
+    const int row = int(c32 / cpr), chunk_in_row = int(c32 % cpr);
     float v[8];
     widen8<T>(__ldg(reinterpret_cast<const uint4*>(x + i64(row) * ld_x + chunk_in_row * 8)), v);
     u32 amax = 0;

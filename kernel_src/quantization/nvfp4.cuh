@@ -112,10 +112,19 @@ SK_DEVICE u32 block_max_bits(u32 v) {
   return v;
 }
 
+// Chunk c (8 elements) of the row-major [M, K] view: row c / (K/8). M*K <= 2^34 keeps chunk
+// indices below 2^31, so 32-bit division (much cheaper than 64-bit) is exact.
+struct ChunkCoord {
+  int row, chunk_in_row;
+};
+SK_DEVICE ChunkCoord chunk_coord(i64 chunk, int chunks_per_row) {
+  const u32 c = u32(chunk), cpr = u32(chunks_per_row);
+  return {int(c / cpr), int(c % cpr)};
+}
+
 template <typename T>
-SK_DEVICE uint4 load_chunk(const T* __restrict__ x, int ld_x, int chunks_per_row, i64 chunk) {
-  const int row = int(chunk / chunks_per_row), col = int(chunk % chunks_per_row) * 8;
-  return __ldg(reinterpret_cast<const uint4*>(x + i64(row) * ld_x + col));
+SK_DEVICE uint4 load_chunk(const T* __restrict__ x, int ld_x, ChunkCoord cc) {
+  return __ldg(reinterpret_cast<const uint4*>(x + i64(cc.row) * ld_x + cc.chunk_in_row * 8));
 }
 
 // max |x| (as bits) over the finite elements of the chunks tid, tid + stride, ...
@@ -127,7 +136,7 @@ SK_DEVICE u32 strided_finite_amax_bits(const T* __restrict__ x, int ld_x, int M,
   u32 amax = 0;
   for (i64 c = tid; c < chunks; c += stride) {
     float v[8];
-    widen8<T>(load_chunk(x, ld_x, chunks_per_row, c), v);
+    widen8<T>(load_chunk(x, ld_x, chunk_coord(c, chunks_per_row)), v);
 #pragma unroll
     for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_finite(v[i]));
   }
@@ -179,8 +188,9 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   const i64 chunks = i64(M) * chunks_per_row;
   const unsigned pair_mask = 3u << (threadIdx.x & 30u);
   for (i64 c = tid; c < chunks; c += num_threads) {
+    const ChunkCoord cc = chunk_coord(c, chunks_per_row);
     float v[8];
-    widen8<T>(load_chunk(x, ld_x, chunks_per_row, c), v);
+    widen8<T>(load_chunk(x, ld_x, cc), v);
     u32 amax = 0;
 #pragma unroll
     for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
@@ -188,11 +198,11 @@ __global__ void __launch_bounds__(kNvfp4Threads)
 
     float eff;
     const u8 scale = nvfp4_block_scale<CVT>(f32_from_bits(amax), gs, gs_recip, eff);
-    const int row = int(c / chunks_per_row), chunk_in_row = int(c % chunks_per_row);
-    *reinterpret_cast<u32*>(values + i64(row) * (K / 2) + chunk_in_row * 4) =
+    *reinterpret_cast<u32*>(values + i64(cc.row) * (K / 2) + cc.chunk_in_row * 4) =
         nvfp4_quantize8<CVT>(v, eff);
-    if ((chunk_in_row & 1) == 0)
-      store_scale<LAYOUT>(scales_swizzled, scales_rows, row, chunk_in_row / 2, scale_cols, scale);
+    if ((cc.chunk_in_row & 1) == 0)
+      store_scale<LAYOUT>(scales_swizzled, scales_rows, cc.row, cc.chunk_in_row / 2, scale_cols,
+                          scale);
   }
   if constexpr ((LAYOUT & kScalesSwizzled) != 0)
     zero_swizzled_padding(scales_swizzled, M, scale_cols, tid, num_threads);
