@@ -153,6 +153,33 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   if (threadIdx.x == 0) amax_partials[blockIdx.x] = f32_from_bits(amax);
 }
 
+// Quantize chunk `cc` (8 values, half of a 16-value block) whose other half is held by the
+// adjacent lane in `pair_mask`; the even half also stores the block's scale.
+template <typename T, int LAYOUT, int CVT>
+SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, ChunkCoord cc, int K, float gs,
+                                    float gs_recip, unsigned pair_mask, u8* __restrict__ values,
+                                    u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows) {
+  float v[8];
+  widen8<T>(raw, v);
+  u32 amax = 0;
+#pragma unroll
+  for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
+  amax = max(amax, __shfl_xor_sync(pair_mask, amax, 1));
+
+  float eff;
+  const u8 scale = nvfp4_block_scale<CVT>(f32_from_bits(amax), gs, gs_recip, eff);
+  *reinterpret_cast<u32*>(values + i64(cc.row) * (K / 2) + cc.chunk_in_row * 4) =
+      nvfp4_quantize8<CVT>(v, eff);
+  if ((cc.chunk_in_row & 1) == 0)
+    store_scale<LAYOUT>(scales_swizzled, scales_rows, cc.row, cc.chunk_in_row / 2,
+                        K / kNvfp4Block, scale);
+}
+
+// GS_MODE kGlobalScaleInCta keeps the first kInCtaCachedChunks chunks of every thread in
+// registers between the amax pass and the quantize pass: up to 256*8*4 = 8192 elements (a
+// decode row of K <= 8192) are read from memory once, with all loads in flight together.
+constexpr int kInCtaCachedChunks = 4;
+
 template <typename T, int LAYOUT, int GS_MODE, int CVT>
 __global__ void __launch_bounds__(kNvfp4Threads)
     nvfp4_rows(const T* __restrict__ x, int ld_x, int M, int K, u8* __restrict__ values,
@@ -163,8 +190,15 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   static_assert(GS_MODE >= kGlobalScaleGiven && GS_MODE <= kGlobalScaleInCta, "GS_MODE: 0..2");
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   const i64 num_threads = i64(gridDim.x) * blockDim.x;
+  // Two threads per 16-value block, 8 values (one 16-byte load) each. K/8 is even, so the two
+  // halves of a block are adjacent lanes of one warp and never straddle a row.
+  const int chunks_per_row = K / 8;
+  const i64 chunks = i64(M) * chunks_per_row;
+  const unsigned pair_mask = 3u << (threadIdx.x & 30u);
 
   float gs;
+  i64 first_chunk = tid;  // where the grid-stride quantize loop starts
+  uint4 cached[kInCtaCachedChunks];
   if constexpr (GS_MODE == kGlobalScaleGiven) {
     gs = __ldg(global_scale);
   } else {
@@ -172,40 +206,43 @@ __global__ void __launch_bounds__(kNvfp4Threads)
     if constexpr (GS_MODE == kGlobalScaleFromPartials) {
       for (int i = threadIdx.x; i < num_partials; i += blockDim.x)
         amax = max(amax, magnitude_bits_finite(__ldg(amax_partials + i)));
-      amax = block_max_bits(amax);
     } else {
       if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
-      amax = block_max_bits(strided_finite_amax_bits(x, ld_x, M, K, threadIdx.x, blockDim.x));
+#pragma unroll
+      for (int r = 0; r < kInCtaCachedChunks; r++) {
+        const i64 c = threadIdx.x + i64(r) * blockDim.x;
+        cached[r] = c < chunks ? load_chunk(x, ld_x, chunk_coord(c, chunks_per_row))
+                               : make_uint4(0u, 0u, 0u, 0u);  // zeros do not change the amax
+        float v[8];
+        widen8<T>(cached[r], v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_finite(v[i]));
+      }
+      first_chunk = threadIdx.x + i64(kInCtaCachedChunks) * blockDim.x;
+      amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
     }
-    gs = nvfp4_global_scale_from_amax(f32_from_bits(amax));
+    gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
     if (tid == 0) *global_scale = gs;
   }
   const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
 
-  // Two threads per 16-value block, 8 values (one 16-byte load) each. K/8 is even, so the two
-  // halves of a block are adjacent lanes of one warp and never straddle a row.
-  const int chunks_per_row = K / 8, scale_cols = K / kNvfp4Block;
-  const i64 chunks = i64(M) * chunks_per_row;
-  const unsigned pair_mask = 3u << (threadIdx.x & 30u);
-  for (i64 c = tid; c < chunks; c += num_threads) {
-    const ChunkCoord cc = chunk_coord(c, chunks_per_row);
-    float v[8];
-    widen8<T>(load_chunk(x, ld_x, cc), v);
-    u32 amax = 0;
+  if constexpr (GS_MODE == kGlobalScaleInCta) {
 #pragma unroll
-    for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
-    amax = max(amax, __shfl_xor_sync(pair_mask, amax, 1));
-
-    float eff;
-    const u8 scale = nvfp4_block_scale<CVT>(f32_from_bits(amax), gs, gs_recip, eff);
-    *reinterpret_cast<u32*>(values + i64(cc.row) * (K / 2) + cc.chunk_in_row * 4) =
-        nvfp4_quantize8<CVT>(v, eff);
-    if ((cc.chunk_in_row & 1) == 0)
-      store_scale<LAYOUT>(scales_swizzled, scales_rows, cc.row, cc.chunk_in_row / 2, scale_cols,
-                          scale);
+    for (int r = 0; r < kInCtaCachedChunks; r++) {
+      const i64 c = threadIdx.x + i64(r) * blockDim.x;
+      if (c < chunks)
+        nvfp4_quantize_chunk<T, LAYOUT, CVT>(cached[r], chunk_coord(c, chunks_per_row), K, gs,
+                                             gs_recip, pair_mask, values, scales_swizzled,
+                                             scales_rows);
+    }
+  }
+  for (i64 c = first_chunk; c < chunks; c += num_threads) {
+    const ChunkCoord cc = chunk_coord(c, chunks_per_row);
+    nvfp4_quantize_chunk<T, LAYOUT, CVT>(load_chunk(x, ld_x, cc), cc, K, gs, gs_recip, pair_mask,
+                                         values, scales_swizzled, scales_rows);
   }
   if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-    zero_swizzled_padding(scales_swizzled, M, scale_cols, tid, num_threads);
+    zero_swizzled_padding(scales_swizzled, M, K / kNvfp4Block, tid, num_threads);
 }
 
 }  // namespace quant
