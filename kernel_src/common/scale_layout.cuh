@@ -29,22 +29,52 @@ SK_HOST_DEVICE i64 swizzled_scale_bytes(int M, int num_scale_cols) {
   return i64(swizzled_padded_rows(M)) * swizzled_k_tiles(num_scale_cols) * 4;
 }
 
-// Zero the padding of a swizzled scale buffer, spread over `num_threads` threads (thread
-// `tid` of them): rows M..padded-1 as 4-byte words (one row of one k-tile each), then the
-// 0..3 columns past num_scale_cols of rows 0..M-1 as bytes. `scales` must be 4-byte aligned.
+// Walks i = first, first + step, ... below `end` while keeping (i / d, i % d) up to date with
+// one division per thread instead of one per step (all values below 2^31).
+struct StridedDivmod {
+  u32 i, quot, rem;
+  const u32 d, step_quot, step_rem;
+  SK_DEVICE StridedDivmod(u32 first, u32 divisor, u32 step)
+      : i(first), quot(first / divisor), rem(first % divisor), d(divisor),
+        step_quot(step / divisor), step_rem(step % divisor) {}
+  SK_DEVICE void advance(u32 step) {
+    i += step;
+    quot += step_quot;
+    rem += step_rem;
+    if (rem >= d) rem -= d, quot += 1;
+  }
+};
+
+// Number of 4-byte padding words (rows M..padded-1, one row of one k-tile each) and padding
+// bytes (columns past num_scale_cols of rows 0..M-1) of a swizzled scale buffer.
+SK_HOST_DEVICE i64 swizzled_padding_words(int M, int num_scale_cols) {
+  return i64(swizzled_padded_rows(M) - M) * swizzled_k_tiles(num_scale_cols);
+}
+
+// Zero the padding of a swizzled scale buffer, spread over `num_threads` threads (thread `tid`
+// of them). `scales` must be 4-byte aligned. Launching at least
+// swizzled_padding_words(M, cols) threads in total keeps this to one store per thread (it
+// dominates the latency of M = 1: 127 padding rows).
 SK_DEVICE void zero_swizzled_padding(u8* __restrict__ scales, int M, int num_scale_cols,
                                      i64 tid, i64 num_threads) {
   const int k_tiles = swizzled_k_tiles(num_scale_cols);
-  const i64 pad_words = i64(swizzled_padded_rows(M) - M) * k_tiles;
-  for (i64 w = tid; w < pad_words; w += num_threads) {
-    const int m = M + int(u32(w) / u32(k_tiles)), kt = int(u32(w) % u32(k_tiles));  // < 2^31
-    *reinterpret_cast<u32*>(scales + swizzled_scale_offset(m, kt * 4, k_tiles)) = 0u;
+  const i64 pad_words = swizzled_padding_words(M, num_scale_cols);
+  if (tid < pad_words) {  // word (row M + quot, k-tile rem)
+    for (StridedDivmod w{u32(tid), u32(k_tiles), u32(num_threads)}; w.i < pad_words;
+         w.advance(u32(num_threads))) {
+      *reinterpret_cast<u32*>(scales + swizzled_scale_offset(M + int(w.quot), int(w.rem) * 4,
+                                                             k_tiles)) = 0u;
+      if (pad_words - w.i <= num_threads) break;  // the next step would pass the end (no wrap)
+    }
   }
   const int extra_cols = k_tiles * 4 - num_scale_cols;
-  if (extra_cols == 0) return;
-  for (i64 i = tid; i < i64(M) * extra_cols; i += num_threads) {
-    const int m = int(u32(i) / u32(extra_cols)), k = num_scale_cols + int(u32(i) % u32(extra_cols));
-    scales[swizzled_scale_offset(m, k, k_tiles)] = 0;
+  const i64 pad_bytes = i64(M) * extra_cols;
+  if (tid < pad_bytes) {  // byte (row quot, column num_scale_cols + rem)
+    for (StridedDivmod b{u32(tid), u32(extra_cols), u32(num_threads)}; b.i < pad_bytes;
+         b.advance(u32(num_threads))) {
+      scales[swizzled_scale_offset(int(b.quot), num_scale_cols + int(b.rem), k_tiles)] = 0;
+      if (pad_bytes - b.i <= num_threads) break;
+    }
   }
 }
 
