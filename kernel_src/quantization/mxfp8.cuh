@@ -17,8 +17,10 @@
 //                      padding rows/columns are written as 0 by this kernel. Else may be null.
 //     scales_rows      LAYOUT & 2: [M, K/32] bytes, contiguous. Else may be null.
 //     blockDim (kMxfp8Threads = 256, 1, 1); no dynamic shared memory; no scratch.
-//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loop); g = ceil(M*K/8 / 256)
-//              gives one 8-value chunk per thread. One launch for any M (M = 1 included).
+//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loop). Recommended
+//              g = ceil(max(M*K/8, P) / 256) with P = sk::swizzled_padding_words(M, K/32) when
+//              LAYOUT & 1 (else 0): one 8-value chunk and at most one padding word per thread.
+//              One launch for any M (M = 1 included).
 // No input may alias an output. Each x element is read once.
 #pragma once
 #include "common/defs.cuh"

@@ -16,8 +16,9 @@
 //              kGlobalScaleFromPartials (1): gs from amax_partials[0..num_partials), written
 //                to *global_scale (needs nvfp4_amax_partials first, same stream);
 //              kGlobalScaleInCta (2): one CTA computes the tensor amax, then quantizes; gs
-//                written to *global_scale. grid must be (1,1,1): one launch for small tensors
-//                (M = 1 decode); any M works, it is just one SM's bandwidth.
+//                written to *global_scale. grid must be (1,1,1). One launch, but one SM:
+//                on an H200 it was slower than modes 1+0 even at M = 1 (15 us vs 8 us for
+//                K = 4096), so prefer the two launches unless a launch costs more than that.
 //     CVT      sk::kCvtSoftware (0) | sk::kCvtHardware (1) (cvt.e2m1x2 on sm_100a+/sm_12xa/f,
 //              cvt.e4m3x2 on sm_89+, software elsewhere; bit-identical either way)
 //     x        [M, ld_x] elements, row m at x + m*ld_x; 16-byte aligned, ld_x % 8 == 0, ld_x >= K
@@ -30,8 +31,11 @@
 //     amax_partials, num_partials   GS_MODE 1 only (1 <= num_partials <= kMaxAmaxPartials):
 //                      the array written by nvfp4_amax_partials with grid = num_partials.
 //                      Ignored (may be null / 0) otherwise.
-//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loops); g = ceil(M*K/8 / 256)
-//              gives one 8-value chunk per thread. GS_MODE 2: g must be 1 (else the kernel traps).
+//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loops). Recommended
+//              g = ceil(max(M*K/8, P) / 256) with P = sk::swizzled_padding_words(M, K/16) when
+//              LAYOUT & 1 (else 0): one 8-value chunk and at most one padding word per thread
+//              (for M = 1 the 127 padding rows are most of the work). GS_MODE 2: g must be 1
+//              (else the kernel traps).
 //
 //   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
 //     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
