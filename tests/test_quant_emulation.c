@@ -71,7 +71,8 @@ static uint16_t emulate_cvt_e4m3x2(float a, float b) {
   return (uint16_t)((e4m3_convert(a) << 8) | e4m3_convert(b));
 }
 
-/* ---- the kernels' hardware-path compositions (kernel_src/common/numeric.cuh) ------------------- */
+/* ---- the kernels' hardware-path compositions (kernel_src/common/numeric.cuh) -------------------
+ */
 /* pack_e2m1x8<kCvtHardware>: byte j = cvt.e2m1x2(v[2j+1], v[2j]), then -0 codes cleared. */
 static uint32_t clear_negative_zeros(uint32_t packed) {
   uint32_t mag = packed & 0x77777777u;
@@ -98,7 +99,8 @@ static uint32_t ref_pack_e2m1x8(const float v[8]) {
 
 /* pack_e4m3x4<kCvtHardware>: low half = cvt.e4m3x2(v1, v0), high half = cvt.e4m3x2(v3, v2). */
 static uint32_t hw_pack_e4m3x4(const float v[4]) {
-  return (uint32_t)emulate_cvt_e4m3x2(v[1], v[0]) | ((uint32_t)emulate_cvt_e4m3x2(v[3], v[2]) << 16);
+  return (uint32_t)emulate_cvt_e4m3x2(v[1], v[0]) |
+         ((uint32_t)emulate_cvt_e4m3x2(v[3], v[2]) << 16);
 }
 
 static uint32_t ref_pack_e4m3x4(const float v[4]) {
@@ -151,7 +153,8 @@ static uint8_t hw_mxfp8_block(const float x[32], uint8_t values[32]) {
   return scale;
 }
 
-/* ---- inputs ------------------------------------------------------------------------------------ */
+/* ---- inputs ------------------------------------------------------------------------------------
+ */
 /* Every code value and every midpoint of both formats, 2 ulps either side, both signs, plus
  * zeros, Inf, NaNs (quiet/signalling, both signs), huge, tiny and subnormal floats. */
 static float boundary[4096];
@@ -174,25 +177,32 @@ static void add_around(double center) {
 static void build_boundary(void) {
   num_boundary = 0;
   for (int c = 0; c < 8; c++) {
-    double v = skref_e2m1_decode((uint8_t)c), next = c < 7 ? skref_e2m1_decode((uint8_t)(c + 1)) : 7.0;
+    double v = skref_e2m1_decode((uint8_t)c),
+           next = c < 7 ? skref_e2m1_decode((uint8_t)(c + 1)) : 7.0;
     add_around(v), add_around((v + next) / 2);
   }
   for (int c = 0; c < 127; c++) {
-    double v = skref_e4m3_decode((uint8_t)c), next = c < 126 ? skref_e4m3_decode((uint8_t)(c + 1)) : 480.0;
+    double v = skref_e4m3_decode((uint8_t)c),
+           next = c < 126 ? skref_e4m3_decode((uint8_t)(c + 1)) : 480.0;
     add_around(v), add_around((v + next) / 2);
   }
-  static const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F800001u,
-                                      0xFFBFFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x00000001u, 0x80000001u,
-                                      0x00800000u, 0x3F800001u, 0x00000000u, 0x80000000u};
-  for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) add(skref_f32_from_bits(specials[i]));
+  static const uint32_t specials[] = {
+      0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFBFFFFFu, 0x7F7FFFFFu,
+      0xFF7FFFFFu, 0x00000001u, 0x80000001u, 0x00800000u, 0x3F800001u, 0x00000000u, 0x80000000u};
+  for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+    add(skref_f32_from_bits(specials[i]));
 }
 
 static float random_float(skref_rng *rng) {
   switch (skref_rng_below(rng, 4)) {
-    case 0: return skref_f32_from_bits(skref_rng_u32(rng));           /* any bits */
-    case 1: return (float)((skref_rng_uniform(rng) * 2 - 1) * 8);     /* dense E2M1 range */
-    case 2: return (float)((skref_rng_uniform(rng) * 2 - 1) * 512);   /* dense E4M3 range */
-    default: return (float)(skref_rng_normal(rng) * ldexp(1.0, (int)skref_rng_below(rng, 40) - 20));
+    case 0:
+      return skref_f32_from_bits(skref_rng_u32(rng)); /* any bits */
+    case 1:
+      return (float)((skref_rng_uniform(rng) * 2 - 1) * 8); /* dense E2M1 range */
+    case 2:
+      return (float)((skref_rng_uniform(rng) * 2 - 1) * 512); /* dense E4M3 range */
+    default:
+      return (float)(skref_rng_normal(rng) * ldexp(1.0, (int)skref_rng_below(rng, 40) - 20));
   }
 }
 
@@ -201,7 +211,8 @@ static void init(void) {
   build_boundary();
 }
 
-/* ---- tests --------------------------------------------------------------------------------------- */
+/* ---- tests
+ * --------------------------------------------------------------------------------------- */
 Test(emulation, cvt_operand_order_and_ptx_rules, .init = init) {
   cr_assert_eq(emulate_cvt_e2m1x2(1.0f, -6.0f), 0x2F, "a goes to the upper nibble");
   cr_assert_eq(emulate_cvt_e4m3x2(1.0f, -2.0f), 0x38C0, "a goes to the upper byte");
@@ -233,8 +244,9 @@ Test(emulation, emulated_cvt_equals_reference_encoders, .init = init) {
   for (int i = 0; i < 1000000; i++) {
     float f = random_float(&rng);
     if (e2m1_convert(f) != skref_e2m1_encode(f) || e4m3_convert(f) != skref_e4m3_encode(f)) {
-      if (bad++ < 8) fprintf(stderr, "%a: emulated %x/%02x, reference %x/%02x\n", f, e2m1_convert(f),
-                             e4m3_convert(f), skref_e2m1_encode(f), skref_e4m3_encode(f));
+      if (bad++ < 8)
+        fprintf(stderr, "%a: emulated %x/%02x, reference %x/%02x\n", f, e2m1_convert(f),
+                e4m3_convert(f), skref_e2m1_encode(f), skref_e4m3_encode(f));
     }
   }
   cr_assert_eq(bad, 0);
@@ -244,11 +256,12 @@ Test(emulation, e2m1_packing_hw_equals_sw_on_all_boundary_pairs, .init = init) {
   unsigned bad = 0;
   for (size_t i = 0; i < num_boundary; i++)
     for (size_t j = 0; j < num_boundary; j += 1 + (i & 3)) {
-      float v[8] = {boundary[i], boundary[j], boundary[j], boundary[i],
-                    -boundary[i], boundary[(i + j) % num_boundary], 0.0f, boundary[j]};
+      float v[8] = {boundary[i], boundary[j],  boundary[j],
+                    boundary[i], -boundary[i], boundary[(i + j) % num_boundary],
+                    0.0f,        boundary[j]};
       if (hw_pack_e2m1x8(v) != ref_pack_e2m1x8(v) && bad++ < 8)
-        fprintf(stderr, "e2m1x8 (%a, %a): hw %08x sw %08x\n", boundary[i], boundary[j], hw_pack_e2m1x8(v),
-                ref_pack_e2m1x8(v));
+        fprintf(stderr, "e2m1x8 (%a, %a): hw %08x sw %08x\n", boundary[i], boundary[j],
+                hw_pack_e2m1x8(v), ref_pack_e2m1x8(v));
     }
   cr_assert_eq(bad, 0);
 }
@@ -260,8 +273,8 @@ Test(emulation, e4m3_packing_hw_equals_sw_on_all_boundary_pairs, .init = init) {
     for (size_t j = 0; j < num_boundary; j += 1 + (i & 3)) {
       float v[4] = {boundary[i], boundary[j], -boundary[j], boundary[(i * 7 + j) % num_boundary]};
       if (hw_pack_e4m3x4(v) != ref_pack_e4m3x4(v) && bad++ < 8)
-        fprintf(stderr, "e4m3x4 (%a, %a): hw %08x sw %08x\n", boundary[i], boundary[j], hw_pack_e4m3x4(v),
-                ref_pack_e4m3x4(v));
+        fprintf(stderr, "e4m3x4 (%a, %a): hw %08x sw %08x\n", boundary[i], boundary[j],
+                hw_pack_e4m3x4(v), ref_pack_e4m3x4(v));
     }
   }
   cr_assert_eq(bad, 0);
@@ -292,10 +305,19 @@ Test(emulation, quantized_blocks_hw_path_equal_reference, .init = init) {
     skref_dtype dt = (skref_dtype)(n & 1);
     uint16_t raw[32];
     switch (n % 4) {
-      case 0: skref_fill_normal(&rng, raw, 32, dt, 1.0f, 0.05, 100.0f); break;
-      case 1: skref_fill_wide_range(&rng, raw, 32, dt); break;
-      case 2: skref_fill_normal(&rng, raw, 32, dt, 3.0f, 0.0, 1.0f); skref_sprinkle_specials(&rng, raw, 32, dt, 0.05); break;
-      default: skref_fill_normal(&rng, raw, 32, dt, dt == SKREF_FP16 ? 1e-5f : 1e-38f, 0.1, 1e3f); break;
+      case 0:
+        skref_fill_normal(&rng, raw, 32, dt, 1.0f, 0.05, 100.0f);
+        break;
+      case 1:
+        skref_fill_wide_range(&rng, raw, 32, dt);
+        break;
+      case 2:
+        skref_fill_normal(&rng, raw, 32, dt, 3.0f, 0.0, 1.0f);
+        skref_sprinkle_specials(&rng, raw, 32, dt, 0.05);
+        break;
+      default:
+        skref_fill_normal(&rng, raw, 32, dt, dt == SKREF_FP16 ? 1e-5f : 1e-38f, 0.1, 1e3f);
+        break;
     }
     float x[32];
     for (int i = 0; i < 32; i++) x[i] = skref_half_to_float(raw[i], dt);
@@ -303,13 +325,16 @@ Test(emulation, quantized_blocks_hw_path_equal_reference, .init = init) {
     if (n % 5 == 0) gs = skref_nvfp4_global_scale_from_amax(fabsf(x[0]) + fabsf(x[9]));
     for (int h = 0; h < 2; h++) {
       uint8_t a[8], b[8];
-      uint8_t sa = hw_nvfp4_block(x + 16 * h, gs, a), sb = skref_nvfp4_quantize_block(x + 16 * h, gs, b);
-      if ((sa != sb || memcmp(a, b, 8)) && bad++ < 8) fprintf(stderr, "nvfp4 block %d/%d differs\n", n, h);
+      uint8_t sa = hw_nvfp4_block(x + 16 * h, gs, a),
+              sb = skref_nvfp4_quantize_block(x + 16 * h, gs, b);
+      if ((sa != sb || memcmp(a, b, 8)) && bad++ < 8)
+        fprintf(stderr, "nvfp4 block %d/%d differs\n", n, h);
       nonzero += sb != 0;
     }
     uint8_t va[32], vb[32];
     uint8_t sa = hw_mxfp8_block(x, va), sb = skref_mxfp8_quantize_block(x, vb);
-    if ((sa != sb || memcmp(va, vb, 32)) && bad++ < 8) fprintf(stderr, "mxfp8 block %d differs\n", n);
+    if ((sa != sb || memcmp(va, vb, 32)) && bad++ < 8)
+      fprintf(stderr, "mxfp8 block %d differs\n", n);
   }
   cr_assert_eq(bad, 0);
   cr_assert(nonzero > 20000, "most nvfp4 blocks must have a nonzero scale (%u)", nonzero);

@@ -15,7 +15,8 @@
 static float next_up(float f) { return nextafterf(f, INFINITY); }
 static float next_down(float f) { return nextafterf(f, -INFINITY); }
 
-/* ---- independent encoders: nearest code by search, ties to the even code ---------------------- */
+/* ---- independent encoders: nearest code by search, ties to the even code ----------------------
+ */
 static double e2m1_table[8], e4m3_table[127];
 
 static void build_tables(void) {
@@ -86,9 +87,11 @@ static unsigned check_encoders_around(const double *table, int n) {
   return bad;
 }
 
-/* ---- code tables ------------------------------------------------------------------------------ */
+/* ---- code tables ------------------------------------------------------------------------------
+ */
 Test(formats, e2m1_decode_table) {
-  static const double expected[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+  static const double expected[16] = {0,    0.5,  1,  1.5,  2,  3,  4,  6,
+                                      -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
   for (int c = 0; c < 16; c++) {
     double v = skref_e2m1_decode((uint8_t)c);
     cr_assert_eq(v, expected[c], "e2m1 %x decodes to %g, expected %g", c, v, expected[c]);
@@ -99,11 +102,14 @@ Test(formats, e2m1_decode_table) {
 }
 
 Test(formats, e4m3_decode_hand_values) {
-  static const struct { uint8_t code; double value; } cases[] = {
-      {0x00, 0.0},          {0x01, 0x1p-9},   {0x07, 7 * 0x1p-9}, {0x08, 0x1p-6},
-      {0x0F, 1.875 * 0x1p-6}, {0x38, 1.0},    {0x3F, 1.875},      {0x40, 2.0},
-      {0x77, 240.0},        {0x78, 256.0},    {0x7E, 448.0},      {0xB8, -1.0},
-      {0xFE, -448.0},       {0x81, -0x1p-9},  {0x30, 0.5},        {0x35, 0.8125}};
+  static const struct {
+    uint8_t code;
+    double value;
+  } cases[] = {
+      {0x00, 0.0},   {0x01, 0x1p-9}, {0x07, 7 * 0x1p-9}, {0x08, 0x1p-6},  {0x0F, 1.875 * 0x1p-6},
+      {0x38, 1.0},   {0x3F, 1.875},  {0x40, 2.0},        {0x77, 240.0},   {0x78, 256.0},
+      {0x7E, 448.0}, {0xB8, -1.0},   {0xFE, -448.0},     {0x81, -0x1p-9}, {0x30, 0.5},
+      {0x35, 0.8125}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     cr_assert_eq(skref_e4m3_decode(cases[i].code), cases[i].value, "e4m3 %02x: %g vs %g",
                  cases[i].code, skref_e4m3_decode(cases[i].code), cases[i].value);
@@ -124,7 +130,8 @@ Test(formats, e4m3_decode_structure) {
     double units = ldexp(fabs(v), 9);
     cr_assert_eq(units, floor(units), "e4m3 %02x = %g is not a multiple of 2^-9", c, v);
     cr_assert(fabs(v) <= 448.0);
-    /* strictly increasing over 0x00..0x7E, and step = 2^(e-10) within a binade (2^-9 for subnormals) */
+    /* strictly increasing over 0x00..0x7E, and step = 2^(e-10) within a binade (2^-9 for
+     * subnormals) */
     if (c > 0 && c < 0x7F) {
       double prev = skref_e4m3_decode((uint8_t)(c - 1));
       int e = (c >> 3) & 15;
@@ -161,11 +168,14 @@ Test(formats, encode_decode_round_trip_all_codes) {
 }
 
 Test(formats, e2m1_ties_and_saturation_by_hand) {
-  static const struct { float in; uint8_t code; } cases[] = {
-      {0.25f, 0x0}, {0.2500001f, 0x1}, {0.75f, 0x2},  {0.7499999f, 0x1}, {1.25f, 0x2},
-      {1.75f, 0x4}, {2.5f, 0x4},       {2.5000002f, 0x5}, {3.5f, 0x6},  {5.0f, 0x6},
-      {5.0000005f, 0x7}, {6.0f, 0x7},  {7.0f, 0x7},   {1e38f, 0x7},     {INFINITY, 0x7},
-      {-INFINITY, 0xF}, {-0.1f, 0x8},  {-0.0f, 0x8},  {-2.9f, 0xD},     {0x1p-149f, 0x0}};
+  static const struct {
+    float in;
+    uint8_t code;
+  } cases[] = {{0.25f, 0x0}, {0.2500001f, 0x1}, {0.75f, 0x2},      {0.7499999f, 0x1},
+               {1.25f, 0x2}, {1.75f, 0x4},      {2.5f, 0x4},       {2.5000002f, 0x5},
+               {3.5f, 0x6},  {5.0f, 0x6},       {5.0000005f, 0x7}, {6.0f, 0x7},
+               {7.0f, 0x7},  {1e38f, 0x7},      {INFINITY, 0x7},   {-INFINITY, 0xF},
+               {-0.1f, 0x8}, {-0.0f, 0x8},      {-2.9f, 0xD},      {0x1p-149f, 0x0}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     cr_assert_eq(skref_e2m1_encode(cases[i].in), cases[i].code, "e2m1(%a) = %x, expected %x",
                  cases[i].in, skref_e2m1_encode(cases[i].in), cases[i].code);
@@ -177,7 +187,10 @@ Test(formats, e2m1_ties_and_saturation_by_hand) {
 }
 
 Test(formats, e4m3_ties_and_saturation_by_hand) {
-  static const struct { float in; uint8_t code; } cases[] = {
+  static const struct {
+    float in;
+    uint8_t code;
+  } cases[] = {
       {0x1p-10f, 0x00},  {0x1.000002p-10f, 0x01}, {3 * 0x1p-10f, 0x02}, {5 * 0x1p-10f, 0x02},
       {-0x1p-10f, 0x80}, {1.0625f, 0x38},         {1.1875f, 0x3A},      {1.0625001f, 0x39},
       {448.0f, 0x7E},    {464.0f, 0x7E},          {464.00003f, 0x7E},   {1e30f, 0x7E},
@@ -248,7 +261,8 @@ Test(formats, nan_and_inf_everywhere) {
   cr_assert(isnan(skref_bf16_to_float(0x7F81)));
 }
 
-/* ---- BF16 / FP16 ------------------------------------------------------------------------------ */
+/* ---- BF16 / FP16 ------------------------------------------------------------------------------
+ */
 Test(formats, half_round_trip_every_code) {
   for (uint32_t h = 0; h < 65536; h++) {
     uint16_t c = (uint16_t)h;
@@ -297,7 +311,8 @@ Test(formats, half_rounding_random) {
   skref_rng_seed(&rng, skref_test_seed("formats.half_rounding_random"));
   for (int i = 0; i < 400000; i++) {
     float f = skref_f32_from_bits(skref_rng_u32(&rng));
-    if (i & 1) f = (float)(skref_rng_normal(&rng) * ldexp(1.0, (int)skref_rng_below(&rng, 40) - 20));
+    if (i & 1)
+      f = (float)(skref_rng_normal(&rng) * ldexp(1.0, (int)skref_rng_below(&rng, 40) - 20));
     if (!isfinite(f)) continue;
     for (int d = 0; d < 2; d++) {
       skref_dtype dt = (skref_dtype)d;
@@ -318,12 +333,14 @@ Test(formats, half_rounding_random) {
       cr_assert(err <= fabs(x - up) && err <= fabs(x - down), "%s(%a) = %04x is not nearest",
                 d ? "fp16" : "bf16", f, c);
       if (err == fabs(x - up) || (mag && err == fabs(x - down)))
-        cr_assert((c & 1) == 0 || err == 0, "%s(%a) = %04x: tie not to even", d ? "fp16" : "bf16", f, c);
+        cr_assert((c & 1) == 0 || err == 0, "%s(%a) = %04x: tie not to even", d ? "fp16" : "bf16",
+                  f, c);
     }
   }
 }
 
-/* ---- E8M0 scale rule ---------------------------------------------------------------------------- */
+/* ---- E8M0 scale rule ----------------------------------------------------------------------------
+ */
 Test(formats, e8m0_ceil_pow2) {
   cr_assert_eq(skref_e8m0_ceil_pow2(1.0f), 127);
   cr_assert_eq(skref_e8m0_ceil_pow2(next_up(1.0f)), 128);

@@ -16,7 +16,8 @@ static void assert_bytes(const uint8_t *got, const uint8_t *want, size_t n, cons
     cr_assert_eq(got[i], want[i], "%s: byte %zu is %02x, expected %02x", what, i, got[i], want[i]);
 }
 
-/* ---- swizzled layout ---------------------------------------------------------------------------- */
+/* ---- swizzled layout ----------------------------------------------------------------------------
+ */
 Test(layout, swizzled_offsets_by_hand) {
   cr_assert_eq(skref_swizzled_scale_offset(0, 0, 1), 0);
   cr_assert_eq(skref_swizzled_scale_offset(0, 1, 1), 1);
@@ -45,24 +46,28 @@ Test(layout, swizzled_is_a_bijection_on_the_padded_matrix) {
     for (size_t m = 0; m < rows; m++)
       for (size_t k = 0; k < cols; k++) {
         size_t off = skref_swizzled_scale_offset(m, k, skref_swizzled_k_tiles(shapes[s][1]));
-        cr_assert(off < bytes && !seen[off], "offset %zu of (%zu,%zu) out of range or repeated", off, m, k);
+        cr_assert(off < bytes && !seen[off], "offset %zu of (%zu,%zu) out of range or repeated",
+                  off, m, k);
         seen[off] = 1;
       }
     free(seen);
   }
 }
 
-/* ---- NVFP4: hand-worked blocks -------------------------------------------------------------------- */
+/* ---- NVFP4: hand-worked blocks
+ * -------------------------------------------------------------------- */
 /* gs = 1 and a block amax of 6: sf = 6 * fp32(1/6) rounds to exactly 1.0, scale 0x38, eff = 1,
  * so every code is e2m1(x) and all ties are visible. */
 Test(nvfp4, hand_block_every_code) {
-  static const float x[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  static const float x[16] = {0,     0.5f,  1,  1.5f,  2,  3,  4,  6,
+                              -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
   static const uint8_t want[8] = {0x10, 0x32, 0x54, 0x76, 0x90, 0xBA, 0xDC, 0xFE};
   uint16_t in[16];
   for (int i = 0; i < 16; i++) in[i] = bf(x[i]);
   uint8_t values[8], rows[1];
   float gs = 1.0f, gs_out = 0;
-  cr_assert_eq(skref_quantize_nvfp4(in, SKREF_BF16, 1, 16, 16, &gs, &gs_out, values, NULL, rows), 0);
+  cr_assert_eq(skref_quantize_nvfp4(in, SKREF_BF16, 1, 16, 16, &gs, &gs_out, values, NULL, rows),
+               0);
   cr_assert_eq(rows[0], 0x38);
   cr_assert_eq(gs_out, 1.0f);
   assert_bytes(values, want, 8, "every code (-0 stored as +0)");
@@ -70,8 +75,8 @@ Test(nvfp4, hand_block_every_code) {
 
 Test(nvfp4, hand_block_ties_and_saturation) {
   /* bf16 of -0.1 is -0.10009765625 (-> -0 -> +0), of 0.3 is 0.30078125 (-> 0.5) */
-  static const float x[16] = {6, 2.5f, 0.75f, 0.25f, 5, -1.25f, 3.5f, 1.75f,
-                              -0.1f, 0.3f, -5.5f, 2.75f, -3, 4.5f, 0.5f, 1};
+  static const float x[16] = {6,     2.5f, 0.75f, 0.25f, 5,  -1.25f, 3.5f, 1.75f,
+                              -0.1f, 0.3f, -5.5f, 2.75f, -3, 4.5f,   0.5f, 1};
   /* codes 7 4 2 0 6 A 6 4 0 1 F 5 D 6 1 2, element 2j in the low nibble */
   static const uint8_t want[8] = {0x47, 0x02, 0xA6, 0x46, 0x10, 0x5F, 0x6D, 0x21};
   uint16_t in[16];
@@ -86,7 +91,7 @@ Test(nvfp4, hand_block_ties_and_saturation) {
 /* amax 5, gs 1: sf = 5 * fp32(1/6) = 0.8333334 -> e4m3 0.8125 (0x35); eff = fp32(1/0.8125). */
 Test(nvfp4, hand_block_rounded_scale) {
   static const float x[16] = {5, 1, -2.203125f, 0.5f, 0.40625f, -0.40625f, 4, 0,
-                              0, 0, 0, 0, 0, 0, 0, 0};
+                              0, 0, 0,          0,    0,        0,         0, 0};
   /* q = x / 0.8125: 6.15->6 (7), 1.23->1 (2), -2.71->-3 (D), 0.615->0.5 (1), 0.5 (1), -0.5 (9),
    * 4.92->4 (6), 0 */
   static const uint8_t want[8] = {0x27, 0x1D, 0x91, 0x06, 0, 0, 0, 0};
@@ -109,7 +114,7 @@ Test(nvfp4, hand_computed_global_scale) {
   /* row 1: bf16(0.2)=0.2002, bf16(1.1)=1.1016, bf16(-2.9)=-2.9062, bf16(0.6)=0.6016; q = 2x:
    * 6 (7), -3 (D), 0.4 (1), 2.2 (4), -5.8 (F), 1.2 (2), 2.5 tie (4), -0.75 tie (A) */
   static const uint8_t want[16] = {0x47, 0x02, 0xA6, 0x46, 0x10, 0x5F, 0x6D, 0x21,
-                                   0xD7, 0x41, 0x2F, 0xA4, 0, 0, 0, 0};
+                                   0xD7, 0x41, 0x2F, 0xA4, 0,    0,    0,    0};
   uint16_t in[32];
   for (int i = 0; i < 32; i++) in[i] = bf(x[i / 16][i % 16]);
   uint8_t values[16], rows[2], swz[512];
@@ -128,11 +133,11 @@ Test(nvfp4, hand_computed_global_scale) {
  * and itself to +-6; the global scale ignores both. */
 Test(nvfp4, nan_and_inf_policy) {
   uint16_t in[16] = {0};
-  in[0] = 0x7FC0;            /* NaN */
+  in[0] = 0x7FC0; /* NaN */
   in[1] = bf(1.0f);
-  in[2] = 0xFF80;            /* -Inf */
+  in[2] = 0xFF80; /* -Inf */
   in[3] = bf(2.0f);
-  in[4] = 0xFFC1;            /* negative NaN */
+  in[4] = 0xFFC1; /* negative NaN */
   uint8_t values[8], rows[1];
   float gs = 1.0f;
   skref_quantize_nvfp4(in, SKREF_BF16, 1, 16, 16, &gs, NULL, values, NULL, rows);
@@ -155,8 +160,8 @@ Test(nvfp4, nan_and_inf_policy) {
 
 Test(nvfp4, zero_blocks_and_zero_global_scale) {
   uint16_t in[32] = {0};
-  in[16] = 0x8000;                                 /* -0 */
-  for (int i = 17; i < 32; i++) in[i] = 0x7FC0;    /* all NaN but -0 */
+  in[16] = 0x8000;                              /* -0 */
+  for (int i = 17; i < 32; i++) in[i] = 0x7FC0; /* all NaN but -0 */
   uint8_t values[16], rows[2];
   memset(values, 0xAA, sizeof values);
   float gs_out = 0;
@@ -184,7 +189,8 @@ Test(nvfp4, rejects_bad_shapes) {
   cr_assert_eq(skref_quantize_mxfp8(x, SKREF_BF16, 1, 48, 48, v, NULL, NULL), -1);
 }
 
-/* ---- MXFP8: hand-worked blocks ------------------------------------------------------------------- */
+/* ---- MXFP8: hand-worked blocks
+ * ------------------------------------------------------------------- */
 static uint8_t mx_block(const float *x, uint8_t values[32]) {
   uint16_t in[32];
   for (int i = 0; i < 32; i++) in[i] = bf(x[i]);
@@ -206,7 +212,8 @@ Test(mxfp8, hand_blocks) {
   cr_assert_eq(mx_block(b, v), 128);
   static const uint8_t want_b[3] = {0x76, 0xF1, 0x30};
   assert_bytes(v, want_b, 3, "amax 450");
-  /* amax 1: 1/448 -> 2^-8 (119); x*256: 256 (0x78), -192 (0xF4), bf16(0.001)*256 = 0.2559 -> 0.25 */
+  /* amax 1: 1/448 -> 2^-8 (119); x*256: 256 (0x78), -192 (0xF4), bf16(0.001)*256 = 0.2559 -> 0.25
+   */
   float c[32] = {1, -0.75f, 0.001f};
   cr_assert_eq(mx_block(c, v), 119);
   static const uint8_t want_c[3] = {0x78, 0xF4, 0x28};
@@ -270,8 +277,10 @@ Test(mxfp8, scale_rule_is_exact_ceil_log2) {
   for (uint32_t h = 1; h < 0x7F80; h++) {
     float a = skref_bf16_to_float((uint16_t)h);
     int differs = skref_e8m0_ceil_pow2(a * SKREF_MXFP8_INV_E4M3_MAX) != 127 + exact_mx_exponent(a);
-    if (a >= 0x1p-117f) bf16_diff += differs;
-    else bf16_tiny_diff += differs;
+    if (a >= 0x1p-117f)
+      bf16_diff += differs;
+    else
+      bf16_tiny_diff += differs;
   }
   fprintf(stderr, "mxfp8 scale rule vs exact ceil(log2): bf16 amax < 2^-117 differs for %u codes\n",
           bf16_tiny_diff);
@@ -279,13 +288,16 @@ Test(mxfp8, scale_rule_is_exact_ceil_log2) {
   cr_assert_eq(bf16_diff, 0);
 }
 
-/* ---- random tensors: layouts, padding, strides, error bounds --------------------------------------- */
+/* ---- random tensors: layouts, padding, strides, error bounds
+ * --------------------------------------- */
 typedef struct {
   size_t M, K;
 } shape;
 
-static const shape nvfp4_shapes[] = {{1, 16}, {1, 4096}, {3, 48}, {37, 80}, {128, 64}, {130, 272}, {257, 16}};
-static const shape mxfp8_shapes[] = {{1, 32}, {1, 4096}, {5, 96}, {37, 160}, {128, 128}, {131, 544}};
+static const shape nvfp4_shapes[] = {{1, 16},   {1, 4096},  {3, 48},  {37, 80},
+                                     {128, 64}, {130, 272}, {257, 16}};
+static const shape mxfp8_shapes[] = {{1, 32},   {1, 4096},  {5, 96},
+                                     {37, 160}, {128, 128}, {131, 544}};
 
 static uint16_t *random_tensor(skref_rng *rng, size_t M, size_t ld, skref_dtype dt, int specials) {
   uint16_t *x = malloc(M * ld * sizeof *x);
@@ -311,8 +323,10 @@ Test(nvfp4, layouts_padding_strides_on_random_tensors) {
       for (size_t m = 0; m < (M + 127) / 128 * 128; m++)
         for (size_t k = 0; k < (cols + 3) / 4 * 4; k++) {
           uint8_t b = swz[skref_swizzled_scale_offset(m, k, skref_swizzled_k_tiles(cols))];
-          if (m < M && k < cols) cr_assert_eq(b, rows[m * cols + k], "(%zu,%zu)", m, k);
-          else cr_assert_eq(b, 0, "padding (%zu,%zu) of %zux%zu", m, k, M, cols);
+          if (m < M && k < cols)
+            cr_assert_eq(b, rows[m * cols + k], "(%zu,%zu)", m, k);
+          else
+            cr_assert_eq(b, 0, "padding (%zu,%zu) of %zux%zu", m, k, M, cols);
         }
       /* the computed scale fed back as a given scale gives the same bits; the block holding the
        * tensor amax gets (about) the largest scale */
@@ -353,7 +367,8 @@ Test(nvfp4, dequantized_error_is_bounded) {
         for (size_t i = 0; i < 16; i++) {
           size_t k = b * 16 + i;
           double err = fabs(skref_half_to_float(x[m * K + k], dt) - out[m * K + k]);
-          cr_assert(err <= unit * 1.0 + amax * 0x1p-4, "(%zu,%zu): err %g, unit %g", m, k, err, unit);
+          cr_assert(err <= unit * 1.0 + amax * 0x1p-4, "(%zu,%zu): err %g, unit %g", m, k, err,
+                    unit);
           worst = fmax(worst, err / amax);
         }
       }
@@ -378,8 +393,10 @@ Test(mxfp8, layouts_padding_strides_and_error_on_random_tensors) {
       for (size_t m = 0; m < (M + 127) / 128 * 128; m++)
         for (size_t k = 0; k < (cols + 3) / 4 * 4; k++) {
           uint8_t b = swz[skref_swizzled_scale_offset(m, k, skref_swizzled_k_tiles(cols))];
-          if (m < M && k < cols) cr_assert_eq(b, rows[m * cols + k]);
-          else cr_assert_eq(b, 0, "padding (%zu,%zu)", m, k);
+          if (m < M && k < cols)
+            cr_assert_eq(b, rows[m * cols + k]);
+          else
+            cr_assert_eq(b, 0, "padding (%zu,%zu)", m, k);
         }
       double *out = malloc(M * K * sizeof *out);
       skref_dequantize_mxfp8(values, swz, 1, M, K, out);
@@ -396,8 +413,8 @@ Test(mxfp8, layouts_padding_strides_and_error_on_random_tensors) {
             }
             /* relative 2^-4 (3 mantissa bits, RNE) or absolute half of the least subnormal */
             double tol = fmax(fabs(xv) * 0x1p-4, scale * 0x1p-10);
-            cr_assert(fabs(xv - out[m * K + k]) <= tol, "shape %zu dtype %d (%zu,%zu): %g -> %g", s, d, m, k, xv,
-                      out[m * K + k]);
+            cr_assert(fabs(xv - out[m * K + k]) <= tol, "shape %zu dtype %d (%zu,%zu): %g -> %g", s,
+                      d, m, k, xv, out[m * K + k]);
           }
         }
       free(x), free(values), free(swz), free(rows), free(out);

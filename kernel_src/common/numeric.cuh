@@ -157,8 +157,8 @@ SK_HOST_DEVICE u8 float_to_e2m1_sw(float f) {
   u32 bits = f32_bits(f), a = bits & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return 0x7;  // NaN -> +6
   float m = f32_from_bits(a);
-  u32 code = u32(m > 0.25f) + u32(m >= 0.75f) + u32(m > 1.25f) + u32(m >= 1.75f) +
-             u32(m > 2.5f) + u32(m >= 3.5f) + u32(m > 5.0f);
+  u32 code = u32(m > 0.25f) + u32(m >= 0.75f) + u32(m > 1.25f) + u32(m >= 1.75f) + u32(m > 2.5f) +
+             u32(m >= 3.5f) + u32(m > 5.0f);
   return u8(code | ((bits >> 28) & 8u));
 }
 
@@ -179,8 +179,10 @@ SK_DEVICE u8 cvt_e2m1x2_hw(float hi, float lo) {
 // of PyTorch's float4_e2m1fn_x2, CUTLASS and cuBLASLt.
 template <int CVT>
 SK_DEVICE u8 pack_e2m1x2(float even, float odd) {
-  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E2M1X2) return cvt_e2m1x2_hw(odd, even);
-  else return u8(float_to_e2m1_sw(even) | (float_to_e2m1_sw(odd) << 4));
+  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E2M1X2)
+    return cvt_e2m1x2_hw(odd, even);
+  else
+    return u8(float_to_e2m1_sw(even) | (float_to_e2m1_sw(odd) << 4));
 }
 
 // Eight values -> 32 bits, v[i] in bits 4i+3..4i.
@@ -229,8 +231,10 @@ SK_DEVICE u16 cvt_e4m3x2_hw(float hi, float lo) {
 
 template <int CVT>
 SK_DEVICE u8 float_to_e4m3(float f) {
-  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2) return u8(cvt_e4m3x2_hw(0.0f, f));
-  else return float_to_e4m3_sw(f);
+  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2)
+    return u8(cvt_e4m3x2_hw(0.0f, f));
+  else
+    return float_to_e4m3_sw(f);
 }
 
 // Four values -> 32 bits, v[i] in byte i (memory order on a little-endian store).

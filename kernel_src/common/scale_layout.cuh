@@ -33,11 +33,16 @@ SK_HOST_DEVICE i64 swizzled_scale_bytes(int M, int num_scale_cols) {
 // one division per thread instead of one per step (all values below 2^31).
 struct StridedDivmod {
   u32 i, quot, rem;
-  const u32 d, step_quot, step_rem;
-  SK_DEVICE StridedDivmod(u32 first, u32 divisor, u32 step)
-      : i(first), quot(first / divisor), rem(first % divisor), d(divisor),
-        step_quot(step / divisor), step_rem(step % divisor) {}
-  SK_DEVICE void advance(u32 step) {
+  const u32 d, step, step_quot, step_rem;
+  SK_DEVICE StridedDivmod(u32 first, u32 divisor, u32 stride)
+      : i(first),
+        quot(first / divisor),
+        rem(first % divisor),
+        d(divisor),
+        step(stride),
+        step_quot(stride / divisor),
+        step_rem(stride % divisor) {}
+  SK_DEVICE void advance() {
     i += step;
     quot += step_quot;
     rem += step_rem;
@@ -55,15 +60,14 @@ SK_HOST_DEVICE i64 swizzled_padding_words(int M, int num_scale_cols) {
 // of them). `scales` must be 4-byte aligned. Launching at least
 // swizzled_padding_words(M, cols) threads in total keeps this to one store per thread (it
 // dominates the latency of M = 1: 127 padding rows).
-SK_DEVICE void zero_swizzled_padding(u8* __restrict__ scales, int M, int num_scale_cols,
-                                     i64 tid, i64 num_threads) {
+SK_DEVICE void zero_swizzled_padding(u8* __restrict__ scales, int M, int num_scale_cols, i64 tid,
+                                     i64 num_threads) {
   const int k_tiles = swizzled_k_tiles(num_scale_cols);
   const i64 pad_words = swizzled_padding_words(M, num_scale_cols);
   if (tid < pad_words) {  // word (row M + quot, k-tile rem)
-    for (StridedDivmod w{u32(tid), u32(k_tiles), u32(num_threads)}; w.i < pad_words;
-         w.advance(u32(num_threads))) {
-      *reinterpret_cast<u32*>(scales + swizzled_scale_offset(M + int(w.quot), int(w.rem) * 4,
-                                                             k_tiles)) = 0u;
+    for (StridedDivmod w{u32(tid), u32(k_tiles), u32(num_threads)}; w.i < pad_words; w.advance()) {
+      *reinterpret_cast<u32*>(scales +
+                              swizzled_scale_offset(M + int(w.quot), int(w.rem) * 4, k_tiles)) = 0u;
       if (pad_words - w.i <= num_threads) break;  // the next step would pass the end (no wrap)
     }
   }
@@ -71,7 +75,7 @@ SK_DEVICE void zero_swizzled_padding(u8* __restrict__ scales, int M, int num_sca
   const i64 pad_bytes = i64(M) * extra_cols;
   if (tid < pad_bytes) {  // byte (row quot, column num_scale_cols + rem)
     for (StridedDivmod b{u32(tid), u32(extra_cols), u32(num_threads)}; b.i < pad_bytes;
-         b.advance(u32(num_threads))) {
+         b.advance()) {
       scales[swizzled_scale_offset(int(b.quot), num_scale_cols + int(b.rem), k_tiles)] = 0;
       if (pad_bytes - b.i <= num_threads) break;
     }

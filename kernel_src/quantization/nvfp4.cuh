@@ -99,7 +99,8 @@ SK_DEVICE u32 nvfp4_quantize8(const float (&v)[8], float eff) {
 
 SK_DEVICE u32 warp_max_bits(u32 v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
   return v;
 }
 
@@ -162,7 +163,8 @@ __global__ void __launch_bounds__(kNvfp4Threads)
 template <typename T, int LAYOUT, int CVT>
 SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, ChunkCoord cc, int K, float gs,
                                     float gs_recip, unsigned pair_mask, u8* __restrict__ values,
-                                    u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows) {
+                                    u8* __restrict__ scales_swizzled,
+                                    u8* __restrict__ scales_rows) {
   float v[8];
   widen8<T>(raw, v);
   u32 amax = 0;
@@ -175,8 +177,8 @@ SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, ChunkCoord cc, int K, floa
   *reinterpret_cast<u32*>(values + i64(cc.row) * (K / 2) + cc.chunk_in_row * 4) =
       nvfp4_quantize8<CVT>(v, eff);
   if ((cc.chunk_in_row & 1) == 0)
-    store_scale<LAYOUT>(scales_swizzled, scales_rows, cc.row, cc.chunk_in_row / 2,
-                        K / kNvfp4Block, scale);
+    store_scale<LAYOUT>(scales_swizzled, scales_rows, cc.row, cc.chunk_in_row / 2, K / kNvfp4Block,
+                        scale);
 }
 
 // GS_MODE kGlobalScaleInCta keeps the first kInCtaCachedChunks chunks of every thread in

@@ -189,8 +189,8 @@ uint64_t skref_test_seed(const char *what) {
   } else {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t mix = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
-                   ((uint64_t)getpid() << 32);
+    uint64_t mix =
+        (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
     seed = splitmix64(&mix);
   }
   fprintf(stderr, "[seed] %s: SK_SEED=0x%016llx\n", what ? what : "test", (unsigned long long)seed);

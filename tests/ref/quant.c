@@ -8,7 +8,7 @@
 #include "ref/skref.h"
 
 /* Upstream (b12x) computes 1/6 with rcp.approx.ftz.f32(6.0); the value it returns is the
- * correctly rounded 0x3E2AAAAB (checked on an H100/H200-class GPU, see the docs). */
+ * correctly rounded 0x3E2AAAAB (read back on an H200, see docs/ops/quantization.md). */
 const float SKREF_NVFP4_RCP6 = 0x1.555556p-3f;
 /* fp32(1/448), the constant upstream multiplies by (never a division). */
 const float SKREF_MXFP8_INV_E4M3_MAX = 0x1.24924ap-9f;
@@ -40,7 +40,8 @@ static float block_amax(const float *x, size_t n) {
 static void store_scale(uint8_t *swizzled, uint8_t *rows, size_t m, size_t kcol, size_t cols,
                         uint8_t scale) {
   if (rows) rows[m * cols + kcol] = scale;
-  if (swizzled) swizzled[skref_swizzled_scale_offset(m, kcol, skref_swizzled_k_tiles(cols))] = scale;
+  if (swizzled)
+    swizzled[skref_swizzled_scale_offset(m, kcol, skref_swizzled_k_tiles(cols))] = scale;
 }
 
 static int bad_args(const uint16_t *x, size_t M, size_t K, size_t ld_x, size_t block,

@@ -57,11 +57,11 @@ uint8_t skref_e2m1_encode(float f);       /* RNE, satfinite to +-6, NaN -> 0x7, 
 uint8_t skref_e2m1_pack2(float even, float odd);
 
 /* ---- E4M3 --------------------------------------------------------------------------------- */
-double skref_e4m3_decode(uint8_t code);   /* 0x7F / 0xFF decode to NaN */
-uint8_t skref_e4m3_encode(float f);       /* RNE, satfinite to +-448, NaN -> 0x7F, -0 kept */
+double skref_e4m3_decode(uint8_t code); /* 0x7F / 0xFF decode to NaN */
+uint8_t skref_e4m3_encode(float f);     /* RNE, satfinite to +-448, NaN -> 0x7F, -0 kept */
 
 /* ---- E8M0 --------------------------------------------------------------------------------- */
-double skref_e8m0_decode(uint8_t code);   /* 2^(code-127); 0xFF decodes to NaN */
+double skref_e8m0_decode(uint8_t code); /* 2^(code-127); 0xFF decodes to NaN */
 /* MX scale byte for a non-negative fp32 `s` (= amax * fp32(1/448)): the exponent of the least
  * power of two >= s (integer ceiling on the bits, as upstream does). s = +Inf gives 0xFF;
  * s = 0 gives 0 (the quantizer replaces an all-zero block's byte with 127). */
@@ -95,7 +95,7 @@ size_t skref_swizzled_scale_bytes(size_t M, size_t num_scale_cols);
  *   code_i = eff == 0 ? 0 : e2m1(x_i * eff), with -0 (0x8) replaced by +0
  * gs == 0 makes every scale and value 0. Returns 0, or -1 on invalid arguments. */
 #define SKREF_NVFP4_BLOCK 16
-extern const float SKREF_NVFP4_RCP6; /* upstream's fp32 1/6, see formats.c */
+extern const float SKREF_NVFP4_RCP6; /* 0x3E2AAAAB: upstream's rcp.approx(6), see quant.c */
 int skref_quantize_nvfp4(const uint16_t *x, skref_dtype dtype, size_t M, size_t K, size_t ld_x,
                          const float *global_scale_in, float *global_scale_out, uint8_t *values,
                          uint8_t *scales_swizzled, uint8_t *scales_rows);
@@ -133,7 +133,9 @@ void skref_dequantize_mxfp8(const uint8_t *values, const uint8_t *scales, int sw
                             size_t K, double *out);
 
 /* ---- random numbers ------------------------------------------------------------------------ */
-typedef struct skref_rng { uint64_t s[4]; } skref_rng;
+typedef struct skref_rng {
+  uint64_t s[4];
+} skref_rng;
 void skref_rng_seed(skref_rng *rng, uint64_t seed); /* splitmix64 expands the seed */
 uint64_t skref_rng_u64(skref_rng *rng);             /* xoshiro256** */
 uint32_t skref_rng_u32(skref_rng *rng);
