@@ -1,0 +1,255 @@
+// quantization.nvfp4: BF16/FP16 rows [M, K] -> NVFP4 (packed E2M1 values, one E4M3 scale per
+// 16 values, one fp32 global scale). Numerics, layouts and NaN/Inf policy:
+// docs/ops/quantization.md; CPU reference: skref_quantize_nvfp4() in tests/ref/skref.h.
+//
+// ---- Launch contract -----------------------------------------------------------------------
+// Kernels (namespace sk::quant), all with blockDim = (kNvfp4Threads = 256, 1, 1), no dynamic
+// shared memory, any stream:
+//
+//   nvfp4_rows<T, LAYOUT, GS_MODE, CVT>(
+//       const T* x, int ld_x, int M, int K,
+//       u8* values, u8* scales_swizzled, u8* scales_rows,
+//       float* global_scale, const float* amax_partials, int num_partials)
+//     T        __nv_bfloat16 | __half
+//     LAYOUT   sk::kScalesSwizzled (1) | sk::kScalesRowMajor (2) | sk::kScalesBoth (3)
+//     GS_MODE  kGlobalScaleGiven (0): read *global_scale;
+//              kGlobalScaleFromPartials (1): gs from amax_partials[0..num_partials), written
+//                to *global_scale (needs nvfp4_amax_partials first, same stream);
+//              kGlobalScaleInCta (2): one CTA computes the tensor amax, then quantizes; gs
+//                written to *global_scale. grid must be (1,1,1). One launch, but one SM:
+//                on an H200 it was slower than modes 1+0 even at M = 1 (15 us vs 8 us for
+//                K = 4096), so prefer the two launches unless a launch costs more than that.
+//     CVT      sk::kCvtSoftware (0) | sk::kCvtHardware (1) (cvt.e2m1x2 on sm_100a+/sm_12xa/f,
+//              cvt.e4m3x2 on sm_89+, software elsewhere; bit-identical either way)
+//     x        [M, ld_x] elements, row m at x + m*ld_x; 16-byte aligned, ld_x % 8 == 0, ld_x >= K
+//     M, K     M >= 1, K >= 16, K % 16 == 0, M * K <= 2^34
+//     values   [M, K/2] bytes, contiguous, 4-byte aligned; element 2j in the low nibble of byte j
+//     scales_swizzled  LAYOUT & 1: sk::swizzled_scale_bytes(M, K/16) bytes, 4-byte aligned;
+//                      padding rows/columns are written as 0 by this kernel. Else may be null.
+//     scales_rows      LAYOUT & 2: [M, K/16] bytes, contiguous. Else may be null.
+//     global_scale     fp32 [1] on the device: input (GS_MODE 0) or output (1, 2)
+//     amax_partials, num_partials   GS_MODE 1 only (1 <= num_partials <= kMaxAmaxPartials):
+//                      the array written by nvfp4_amax_partials with grid = num_partials.
+//                      Ignored (may be null / 0) otherwise.
+//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loops). Recommended
+//              g = ceil(max(M*K/8, P) / 256) with P = sk::swizzled_padding_words(M, K/16) when
+//              LAYOUT & 1 (else 0): one 8-value chunk and at most one padding word per thread
+//              (for M = 1 the 127 padding rows are most of the work). GS_MODE 2: g must be 1
+//              (else the kernel traps).
+//
+//   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
+//     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
+//     min(ceil(M*K/8 / 256), 2 * SMs). CTA b writes amax_partials[b] = max |x| over the finite
+//     elements it visited (NaN and +-Inf skipped). No initialisation of amax_partials needed
+//     (every entry is overwritten), so no memset or zero kernel: "computed global scale" is two
+//     launches, amax_partials then nvfp4_rows<..., kGlobalScaleFromPartials, ...>.
+//
+// No input may alias an output. Each x element is read once (twice with GS_MODE 1 and 2: amax
+// pass, then quantize pass).
+#pragma once
+#include "common/defs.cuh"
+#include "common/numeric.cuh"
+#include "common/scale_layout.cuh"
+
+namespace sk {
+namespace quant {
+
+constexpr int kNvfp4Threads = 256;
+constexpr int kMaxAmaxPartials = 1024;
+constexpr int kNvfp4Block = 16;
+
+enum GlobalScaleMode : int {
+  kGlobalScaleGiven = 0,
+  kGlobalScaleFromPartials = 1,
+  kGlobalScaleInCta = 2,
+};
+
+// Upstream's 1/6: rcp.approx.ftz.f32(6.0) = 0x3E2AAAAB (the correctly rounded value).
+constexpr float kNvfp4Rcp6 = 0x1.555556p-3f;
+
+// gs = 448 * 6 / amax over the finite elements; 1 for an all-zero (or all-NaN/Inf) tensor;
+// FLT_MAX if the division overflows (bf16 amax below ~7.9e-36).
+SK_DEVICE float nvfp4_global_scale_from_amax(float amax) {
+  if (!(amax > 0.0f)) return 1.0f;
+  return min_f32(div_rn(2688.0f, amax), 0x1.fffffep127f);
+}
+
+// Block scale and the factor that maps x to E2M1 units, in upstream's operation order:
+//   sf = min(gs * (amax * (1/6)), 448); scale = e4m3(sf);
+//   eff = scale == 0 ? 0 : 1 / (e4m3_value(scale) * (1 / gs)).
+template <int CVT>
+SK_DEVICE u8 nvfp4_block_scale(float amax, float gs, float gs_recip, float& eff) {
+  eff = 0.0f;
+  if (gs == 0.0f) return 0;
+  const float sf = min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f);
+  const u8 scale = float_to_e4m3<CVT>(sf);
+  if (scale != 0) eff = div_rn(1.0f, mul_rn(e4m3_to_float(scale), gs_recip));
+  return scale;
+}
+
+// Eight values of one block -> eight E2M1 codes (v[i] in bits 4i+3..4i), -0 stored as +0.
+template <int CVT>
+SK_DEVICE u32 nvfp4_quantize8(const float (&v)[8], float eff) {
+  if (eff == 0.0f) return 0u;  // zero scale: all codes 0 (NaN/Inf too, as the reference)
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
+  return e2m1x8_clear_negative_zeros(pack_e2m1x8<CVT>(q));
+}
+
+SK_DEVICE u32 warp_max_bits(u32 v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  return v;
+}
+
+// Max over the CTA (all threads must call it); every thread gets the result.
+SK_DEVICE u32 block_max_bits(u32 v) {
+  __shared__ u32 warp_maxes[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_max_bits(v);
+  if (lane == 0) warp_maxes[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x + 31) / 32 ? warp_maxes[lane] : 0u;
+  v = warp_max_bits(v);
+  __syncthreads();  // warp_maxes may be reused by a later call
+  return v;
+}
+
+// Chunk c (8 elements) of the row-major [M, K] view: row c / (K/8). M*K <= 2^34 keeps chunk
+// indices below 2^31, so 32-bit division (much cheaper than 64-bit) is exact.
+struct ChunkCoord {
+  int row, chunk_in_row;
+};
+SK_DEVICE ChunkCoord chunk_coord(i64 chunk, int chunks_per_row) {
+  const u32 c = u32(chunk), cpr = u32(chunks_per_row);
+  return {int(c / cpr), int(c % cpr)};
+}
+
+template <typename T>
+SK_DEVICE uint4 load_chunk(const T* __restrict__ x, int ld_x, ChunkCoord cc) {
+  return __ldg(reinterpret_cast<const uint4*>(x + i64(cc.row) * ld_x + cc.chunk_in_row * 8));
+}
+
+// max |x| (as bits) over the finite elements of the chunks tid, tid + stride, ...
+template <typename T>
+SK_DEVICE u32 strided_finite_amax_bits(const T* __restrict__ x, int ld_x, int M, int K, i64 tid,
+                                       i64 stride) {
+  const int chunks_per_row = K / 8;
+  const i64 chunks = i64(M) * chunks_per_row;
+  u32 amax = 0;
+  for (i64 c = tid; c < chunks; c += stride) {
+    float v[8];
+    widen8<T>(load_chunk(x, ld_x, chunk_coord(c, chunks_per_row)), v);
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_finite(v[i]));
+  }
+  return amax;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kNvfp4Threads)
+    nvfp4_amax_partials(const T* __restrict__ x, int ld_x, int M, int K,
+                        float* __restrict__ amax_partials) {
+  const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
+  const u32 amax =
+      block_max_bits(strided_finite_amax_bits(x, ld_x, M, K, tid, i64(gridDim.x) * blockDim.x));
+  if (threadIdx.x == 0) amax_partials[blockIdx.x] = f32_from_bits(amax);
+}
+
+// Quantize chunk `cc` (8 values, half of a 16-value block) whose other half is held by the
+// adjacent lane in `pair_mask`; the even half also stores the block's scale.
+template <typename T, int LAYOUT, int CVT>
+SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, ChunkCoord cc, int K, float gs,
+                                    float gs_recip, unsigned pair_mask, u8* __restrict__ values,
+                                    u8* __restrict__ scales_swizzled,
+                                    u8* __restrict__ scales_rows) {
+  float v[8];
+  widen8<T>(raw, v);
+  u32 amax = 0;
+#pragma unroll
+  for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
+  amax = max(amax, __shfl_xor_sync(pair_mask, amax, 1));
+
+  float eff;
+  const u8 scale = nvfp4_block_scale<CVT>(f32_from_bits(amax), gs, gs_recip, eff);
+  *reinterpret_cast<u32*>(values + i64(cc.row) * (K / 2) + cc.chunk_in_row * 4) =
+      nvfp4_quantize8<CVT>(v, eff);
+  if ((cc.chunk_in_row & 1) == 0)
+    store_scale<LAYOUT>(scales_swizzled, scales_rows, cc.row, cc.chunk_in_row / 2, K / kNvfp4Block,
+                        scale);
+}
+
+// GS_MODE kGlobalScaleInCta keeps the first kInCtaCachedChunks chunks of every thread in
+// registers between the amax pass and the quantize pass: up to 256*8*4 = 8192 elements (a
+// decode row of K <= 8192) are read from memory once, with all loads in flight together.
+constexpr int kInCtaCachedChunks = 4;
+
+template <typename T, int LAYOUT, int GS_MODE, int CVT>
+__global__ void __launch_bounds__(kNvfp4Threads)
+    nvfp4_rows(const T* __restrict__ x, int ld_x, int M, int K, u8* __restrict__ values,
+               u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows,
+               float* __restrict__ global_scale, const float* __restrict__ amax_partials,
+               int num_partials) {
+  static_assert(LAYOUT >= kScalesSwizzled && LAYOUT <= kScalesBoth, "LAYOUT: 1, 2 or 3");
+  static_assert(GS_MODE >= kGlobalScaleGiven && GS_MODE <= kGlobalScaleInCta, "GS_MODE: 0..2");
+  const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
+  const i64 num_threads = i64(gridDim.x) * blockDim.x;
+  // Two threads per 16-value block, 8 values (one 16-byte load) each. K/8 is even, so the two
+  // halves of a block are adjacent lanes of one warp and never straddle a row.
+  const int chunks_per_row = K / 8;
+  const i64 chunks = i64(M) * chunks_per_row;
+  const unsigned pair_mask = 3u << (threadIdx.x & 30u);
+
+  float gs;
+  i64 first_chunk = tid;  // where the grid-stride quantize loop starts
+  uint4 cached[kInCtaCachedChunks];
+  if constexpr (GS_MODE == kGlobalScaleGiven) {
+    gs = __ldg(global_scale);
+  } else {
+    u32 amax = 0;
+    if constexpr (GS_MODE == kGlobalScaleFromPartials) {
+      for (int i = threadIdx.x; i < num_partials; i += blockDim.x)
+        amax = max(amax, magnitude_bits_finite(__ldg(amax_partials + i)));
+    } else {
+      if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
+#pragma unroll
+      for (int r = 0; r < kInCtaCachedChunks; r++) {
+        const i64 c = threadIdx.x + i64(r) * blockDim.x;
+        cached[r] = c < chunks ? load_chunk(x, ld_x, chunk_coord(c, chunks_per_row))
+                               : make_uint4(0u, 0u, 0u, 0u);  // zeros do not change the amax
+        float v[8];
+        widen8<T>(cached[r], v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_finite(v[i]));
+      }
+      first_chunk = threadIdx.x + i64(kInCtaCachedChunks) * blockDim.x;
+      amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
+    }
+    gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
+    if (tid == 0) *global_scale = gs;
+  }
+  const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
+
+  if constexpr (GS_MODE == kGlobalScaleInCta) {
+#pragma unroll
+    for (int r = 0; r < kInCtaCachedChunks; r++) {
+      const i64 c = threadIdx.x + i64(r) * blockDim.x;
+      if (c < chunks)
+        nvfp4_quantize_chunk<T, LAYOUT, CVT>(cached[r], chunk_coord(c, chunks_per_row), K, gs,
+                                             gs_recip, pair_mask, values, scales_swizzled,
+                                             scales_rows);
+    }
+  }
+  for (i64 c = first_chunk; c < chunks; c += num_threads) {
+    const ChunkCoord cc = chunk_coord(c, chunks_per_row);
+    nvfp4_quantize_chunk<T, LAYOUT, CVT>(load_chunk(x, ld_x, cc), cc, K, gs, gs_recip, pair_mask,
+                                         values, scales_swizzled, scales_rows);
+  }
+  if constexpr ((LAYOUT & kScalesSwizzled) != 0)
+    zero_swizzled_padding(scales_swizzled, M, K / kNvfp4Block, tid, num_threads);
+}
+
+}  // namespace quant
+}  // namespace sk

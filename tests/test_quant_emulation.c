@@ -1,0 +1,341 @@
+/* The kernels' hardware conversion path, emulated on the CPU, equals their software path.
+ *
+ * On sm_120a/sm_121a the quantizers convert with
+ *   cvt.rn.satfinite.e2m1x2.f32 d, a, b   (d[7:4] = convert(a), d[3:0] = convert(b))
+ *   cvt.rn.satfinite.e4m3x2.f32 d, a, b   (d[15:8] = convert(a), d[7:0] = convert(b))
+ * with the PTX ISA semantics: round to nearest even; .satfinite: magnitudes above MAX_NORM
+ * (Inf included) become MAX_NORM with the input's sign; NaN becomes the destination's NaN
+ * (E4M3 0x7F) or, for E2M1 which has none, positive MAX_NORM (0x7). Zero results keep the
+ * sign. Elsewhere (and with CVT = kCvtSoftware) they use the integer code in numeric.cuh, which
+ * is the skref encoder (checked identical over all 2^32 floats, see docs/ops/quantization.md).
+ *
+ * Below, emulate_cvt_* implements those PTX semantics independently (per-binade rounding in
+ * double), and the kernels' exact hardware-path compositions (operand order, packing, -0
+ * clearing, scale conversion) are rebuilt from it and compared with the reference over every
+ * boundary input pair and many random inputs. */
+#include <criterion/criterion.h>
+#include <fenv.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref/skref.h"
+
+/* ---- PTX cvt emulation ----------------------------------------------------------------------- */
+/* Round |x| to a multiple of `spacing` (a power of two), ties to even multiple; exact in double. */
+static double round_to_spacing(double mag, double spacing) { return nearbyint(mag / spacing); }
+
+/* E2M1 magnitude code: binades [0,1) spacing 0.5 (subnormal), [1,2) 0.5, [2,4) 1, [4,8) 2. */
+static unsigned e2m1_convert(float x) {
+  if (isnan(x)) return 0x7;
+  unsigned sign = signbit(x) ? 8u : 0u;
+  double mag = fabs((double)x);
+  if (mag > 6.0) return sign | 7u;
+  unsigned code;
+  if (mag < 2.0) {
+    code = (unsigned)round_to_spacing(mag, 0.5); /* 0..4: 0, 0.5, 1, 1.5, 2 = codes 0..4 */
+  } else if (mag < 4.0) {
+    code = 4u + (unsigned)round_to_spacing(mag, 1.0) - 2u; /* 2, 3, 4 -> 4, 5, 6 */
+  } else {
+    code = 6u + (unsigned)round_to_spacing(mag, 2.0) - 2u; /* 4, 6 -> 6, 7 */
+  }
+  return sign | code;
+}
+
+/* E4M3 magnitude code: subnormals below 2^-6 with spacing 2^-9; binade [2^e, 2^e+1) has
+ * spacing 2^(e-3) and codes (e+7)<<3 | mantissa, a carry rolling into the next binade. */
+static unsigned e4m3_convert(float x) {
+  if (isnan(x)) return 0x7F;
+  unsigned sign = signbit(x) ? 0x80u : 0u;
+  double mag = fabs((double)x);
+  if (mag > 448.0) return sign | 0x7Eu;
+  unsigned code;
+  if (mag < 0x1p-6) {
+    code = (unsigned)round_to_spacing(mag, 0x1p-9);
+  } else {
+    int e;
+    frexp(mag, &e); /* mag = f * 2^e, f in [0.5, 1): binade exponent e - 1 */
+    e -= 1;
+    unsigned q = (unsigned)round_to_spacing(mag, ldexp(1.0, e - 3)); /* 8..16 */
+    code = ((unsigned)(e + 7) << 3) + (q - 8u);
+  }
+  return sign | (code > 0x7Eu ? 0x7Eu : code);
+}
+
+static uint8_t emulate_cvt_e2m1x2(float a, float b) {
+  return (uint8_t)((e2m1_convert(a) << 4) | e2m1_convert(b));
+}
+
+static uint16_t emulate_cvt_e4m3x2(float a, float b) {
+  return (uint16_t)((e4m3_convert(a) << 8) | e4m3_convert(b));
+}
+
+/* ---- the kernels' hardware-path compositions (kernel_src/common/numeric.cuh) -------------------
+ */
+/* pack_e2m1x8<kCvtHardware>: byte j = cvt.e2m1x2(v[2j+1], v[2j]), then -0 codes cleared. */
+static uint32_t clear_negative_zeros(uint32_t packed) {
+  uint32_t mag = packed & 0x77777777u;
+  uint32_t nonzero = (mag | (mag >> 1) | (mag >> 2)) & 0x11111111u;
+  return packed & (0x77777777u | (nonzero << 3));
+}
+
+static uint32_t hw_pack_e2m1x8(const float v[8]) {
+  uint32_t r = 0;
+  for (int j = 0; j < 4; j++) r |= (uint32_t)emulate_cvt_e2m1x2(v[2 * j + 1], v[2 * j]) << (8 * j);
+  return clear_negative_zeros(r);
+}
+
+/* The reference: element i -> skref_e2m1_encode, -0 stored as +0, element 2j in the low nibble. */
+static uint32_t ref_pack_e2m1x8(const float v[8]) {
+  uint32_t r = 0;
+  for (int i = 0; i < 8; i++) {
+    uint8_t c = skref_e2m1_encode(v[i]);
+    if (c == 0x8) c = 0;
+    r |= (uint32_t)c << (4 * i);
+  }
+  return r;
+}
+
+/* pack_e4m3x4<kCvtHardware>: low half = cvt.e4m3x2(v1, v0), high half = cvt.e4m3x2(v3, v2). */
+static uint32_t hw_pack_e4m3x4(const float v[4]) {
+  return (uint32_t)emulate_cvt_e4m3x2(v[1], v[0]) |
+         ((uint32_t)emulate_cvt_e4m3x2(v[3], v[2]) << 16);
+}
+
+static uint32_t ref_pack_e4m3x4(const float v[4]) {
+  uint32_t r = 0;
+  for (int i = 0; i < 4; i++) r |= (uint32_t)skref_e4m3_encode(v[i]) << (8 * i);
+  return r;
+}
+
+/* float_to_e4m3<kCvtHardware>: low byte of cvt.e4m3x2(0, x). */
+static uint8_t hw_e4m3(float x) { return (uint8_t)(emulate_cvt_e4m3x2(0.0f, x) & 0xFF); }
+
+/* nvfp4 block on the hardware path: the kernel's operation order with emulated cvts. */
+static uint8_t hw_nvfp4_block(const float x[16], float gs, uint8_t packed[8]) {
+  memset(packed, 0, 8);
+  if (gs == 0.0f) return 0;
+  uint32_t amax_bits = 0;
+  for (int i = 0; i < 16; i++) {
+    uint32_t a = skref_f32_bits(x[i]) & 0x7FFFFFFFu;
+    if (a <= 0x7F800000u && a > amax_bits) amax_bits = a;
+  }
+  float sf = fminf(gs * (skref_f32_from_bits(amax_bits) * SKREF_NVFP4_RCP6), 448.0f);
+  uint8_t scale = hw_e4m3(sf);
+  if (scale == 0) return 0;
+  float eff = 1.0f / ((float)skref_e4m3_decode(scale) * (1.0f / gs));
+  if (eff == 0.0f) return scale;
+  for (int h = 0; h < 2; h++) {
+    float q[8];
+    for (int i = 0; i < 8; i++) q[i] = x[8 * h + i] * eff;
+    uint32_t w = hw_pack_e2m1x8(q);
+    memcpy(packed + 4 * h, &w, 4); /* little-endian store, as the kernel's u32 store */
+  }
+  return scale;
+}
+
+static uint8_t hw_mxfp8_block(const float x[32], uint8_t values[32]) {
+  uint32_t amax_bits = 0;
+  for (int i = 0; i < 32; i++) {
+    uint32_t a = skref_f32_bits(x[i]) & 0x7FFFFFFFu;
+    if (a <= 0x7F800000u && a > amax_bits) amax_bits = a;
+  }
+  float amax = skref_f32_from_bits(amax_bits);
+  uint8_t scale = amax == 0.0f ? 127 : skref_e8m0_ceil_pow2(amax * SKREF_MXFP8_INV_E4M3_MAX);
+  float inv = skref_e8m0_reciprocal(scale);
+  for (int w = 0; w < 8; w++) {
+    float q[4];
+    for (int i = 0; i < 4; i++) q[i] = x[4 * w + i] * inv;
+    uint32_t word = hw_pack_e4m3x4(q);
+    memcpy(values + 4 * w, &word, 4);
+  }
+  return scale;
+}
+
+/* ---- inputs ------------------------------------------------------------------------------------
+ */
+/* Every code value and every midpoint of both formats, 2 ulps either side, both signs, plus
+ * zeros, Inf, NaNs (quiet/signalling, both signs), huge, tiny and subnormal floats. */
+static float boundary[4096];
+static size_t num_boundary;
+
+static void add(float f) {
+  cr_assert(num_boundary < sizeof boundary / sizeof boundary[0]);
+  boundary[num_boundary++] = f;
+}
+
+static void add_around(double center) {
+  float c = (float)center, lo = c, hi = c;
+  cr_assert_eq((double)c, center);
+  for (int i = 0; i < 3; i++) {
+    add(lo), add(-lo), add(hi), add(-hi);
+    lo = nextafterf(lo, -INFINITY), hi = nextafterf(hi, INFINITY);
+  }
+}
+
+static void build_boundary(void) {
+  num_boundary = 0;
+  for (int c = 0; c < 8; c++) {
+    double v = skref_e2m1_decode((uint8_t)c),
+           next = c < 7 ? skref_e2m1_decode((uint8_t)(c + 1)) : 7.0;
+    add_around(v), add_around((v + next) / 2);
+  }
+  for (int c = 0; c < 127; c++) {
+    double v = skref_e4m3_decode((uint8_t)c),
+           next = c < 126 ? skref_e4m3_decode((uint8_t)(c + 1)) : 480.0;
+    add_around(v), add_around((v + next) / 2);
+  }
+  static const uint32_t specials[] = {
+      0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFBFFFFFu, 0x7F7FFFFFu,
+      0xFF7FFFFFu, 0x00000001u, 0x80000001u, 0x00800000u, 0x3F800001u, 0x00000000u, 0x80000000u};
+  for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+    add(skref_f32_from_bits(specials[i]));
+}
+
+static float random_float(skref_rng *rng) {
+  switch (skref_rng_below(rng, 4)) {
+    case 0:
+      return skref_f32_from_bits(skref_rng_u32(rng)); /* any bits */
+    case 1:
+      return (float)((skref_rng_uniform(rng) * 2 - 1) * 8); /* dense E2M1 range */
+    case 2:
+      return (float)((skref_rng_uniform(rng) * 2 - 1) * 512); /* dense E4M3 range */
+    default:
+      return (float)(skref_rng_normal(rng) * ldexp(1.0, (int)skref_rng_below(rng, 40) - 20));
+  }
+}
+
+static void init(void) {
+  fesetround(FE_TONEAREST);
+  build_boundary();
+}
+
+/* ---- tests
+ * --------------------------------------------------------------------------------------- */
+Test(emulation, cvt_operand_order_and_ptx_rules, .init = init) {
+  cr_assert_eq(emulate_cvt_e2m1x2(1.0f, -6.0f), 0x2F, "a goes to the upper nibble");
+  cr_assert_eq(emulate_cvt_e4m3x2(1.0f, -2.0f), 0x38C0, "a goes to the upper byte");
+  cr_assert_eq(emulate_cvt_e2m1x2(NAN, -NAN), 0x77, "NaN -> +MAX_NORM");
+  cr_assert_eq(emulate_cvt_e2m1x2(INFINITY, -INFINITY), 0x7F);
+  cr_assert_eq(emulate_cvt_e2m1x2(-0.0f, -0.2f), 0x88, "zero results keep the sign");
+  cr_assert_eq(emulate_cvt_e4m3x2(-NAN, INFINITY), 0x7F7E);
+  cr_assert_eq(emulate_cvt_e4m3x2(464.0f, -1e30f), 0x7EFE);
+  cr_assert_eq(emulate_cvt_e2m1x2(2.5f, 0.75f), 0x42, "ties to even");
+  /* and the software packer uses the opposite argument order on purpose: (even, odd) */
+  cr_assert_eq(skref_e2m1_pack2(-6.0f, 1.0f), emulate_cvt_e2m1x2(1.0f, -6.0f));
+}
+
+/* The emulation is an independent encoder: it must agree with the reference everywhere. */
+Test(emulation, emulated_cvt_equals_reference_encoders, .init = init) {
+  skref_rng rng;
+  skref_rng_seed(&rng, skref_test_seed("emulation.encoders"));
+  unsigned bad = 0;
+  for (size_t i = 0; i < num_boundary; i++) {
+    float f = boundary[i];
+    bad += e2m1_convert(f) != skref_e2m1_encode(f);
+    bad += e4m3_convert(f) != skref_e4m3_encode(f);
+  }
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = skref_bf16_to_float((uint16_t)h), g = skref_fp16_to_float((uint16_t)h);
+    bad += e2m1_convert(f) != skref_e2m1_encode(f) || e4m3_convert(f) != skref_e4m3_encode(f);
+    bad += e2m1_convert(g) != skref_e2m1_encode(g) || e4m3_convert(g) != skref_e4m3_encode(g);
+  }
+  for (int i = 0; i < 1000000; i++) {
+    float f = random_float(&rng);
+    if (e2m1_convert(f) != skref_e2m1_encode(f) || e4m3_convert(f) != skref_e4m3_encode(f)) {
+      if (bad++ < 8)
+        fprintf(stderr, "%a: emulated %x/%02x, reference %x/%02x\n", f, e2m1_convert(f),
+                e4m3_convert(f), skref_e2m1_encode(f), skref_e4m3_encode(f));
+    }
+  }
+  cr_assert_eq(bad, 0);
+}
+
+Test(emulation, e2m1_packing_hw_equals_sw_on_all_boundary_pairs, .init = init) {
+  unsigned bad = 0;
+  for (size_t i = 0; i < num_boundary; i++)
+    for (size_t j = 0; j < num_boundary; j += 1 + (i & 3)) {
+      float v[8] = {boundary[i], boundary[j],  boundary[j],
+                    boundary[i], -boundary[i], boundary[(i + j) % num_boundary],
+                    0.0f,        boundary[j]};
+      if (hw_pack_e2m1x8(v) != ref_pack_e2m1x8(v) && bad++ < 8)
+        fprintf(stderr, "e2m1x8 (%a, %a): hw %08x sw %08x\n", boundary[i], boundary[j],
+                hw_pack_e2m1x8(v), ref_pack_e2m1x8(v));
+    }
+  cr_assert_eq(bad, 0);
+}
+
+Test(emulation, e4m3_packing_hw_equals_sw_on_all_boundary_pairs, .init = init) {
+  unsigned bad = 0;
+  for (size_t i = 0; i < num_boundary; i++) {
+    bad += hw_e4m3(boundary[i]) != skref_e4m3_encode(boundary[i]);
+    for (size_t j = 0; j < num_boundary; j += 1 + (i & 3)) {
+      float v[4] = {boundary[i], boundary[j], -boundary[j], boundary[(i * 7 + j) % num_boundary]};
+      if (hw_pack_e4m3x4(v) != ref_pack_e4m3x4(v) && bad++ < 8)
+        fprintf(stderr, "e4m3x4 (%a, %a): hw %08x sw %08x\n", boundary[i], boundary[j],
+                hw_pack_e4m3x4(v), ref_pack_e4m3x4(v));
+    }
+  }
+  cr_assert_eq(bad, 0);
+}
+
+Test(emulation, packing_hw_equals_sw_on_random_inputs, .init = init) {
+  skref_rng rng;
+  skref_rng_seed(&rng, skref_test_seed("emulation.random_packing"));
+  unsigned bad = 0;
+  for (int n = 0; n < 400000; n++) {
+    float v[8];
+    for (int i = 0; i < 8; i++) v[i] = random_float(&rng);
+    bad += hw_pack_e2m1x8(v) != ref_pack_e2m1x8(v);
+    bad += hw_pack_e4m3x4(v) != ref_pack_e4m3x4(v);
+    bad += hw_e4m3(v[0]) != skref_e4m3_encode(v[0]);
+  }
+  cr_assert_eq(bad, 0);
+}
+
+/* Whole blocks: the kernels' hardware path (emulated) against the reference quantizers, on
+ * random BF16/FP16 blocks with outliers and specials and a range of global scales. */
+Test(emulation, quantized_blocks_hw_path_equal_reference, .init = init) {
+  skref_rng rng;
+  skref_rng_seed(&rng, skref_test_seed("emulation.blocks"));
+  static const float global_scales[] = {1.0f, 448.0f, 0.037f, 2688.0f / 3.5f, 1e30f, 1e-30f, 0.0f};
+  unsigned bad = 0, nonzero = 0;
+  for (int n = 0; n < 40000; n++) {
+    skref_dtype dt = (skref_dtype)(n & 1);
+    uint16_t raw[32];
+    switch (n % 4) {
+      case 0:
+        skref_fill_normal(&rng, raw, 32, dt, 1.0f, 0.05, 100.0f);
+        break;
+      case 1:
+        skref_fill_wide_range(&rng, raw, 32, dt);
+        break;
+      case 2:
+        skref_fill_normal(&rng, raw, 32, dt, 3.0f, 0.0, 1.0f);
+        skref_sprinkle_specials(&rng, raw, 32, dt, 0.05);
+        break;
+      default:
+        skref_fill_normal(&rng, raw, 32, dt, dt == SKREF_FP16 ? 1e-5f : 1e-38f, 0.1, 1e3f);
+        break;
+    }
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = skref_half_to_float(raw[i], dt);
+    float gs = global_scales[n % 7];
+    if (n % 5 == 0) gs = skref_nvfp4_global_scale_from_amax(fabsf(x[0]) + fabsf(x[9]));
+    for (int h = 0; h < 2; h++) {
+      uint8_t a[8], b[8];
+      uint8_t sa = hw_nvfp4_block(x + 16 * h, gs, a),
+              sb = skref_nvfp4_quantize_block(x + 16 * h, gs, b);
+      if ((sa != sb || memcmp(a, b, 8)) && bad++ < 8)
+        fprintf(stderr, "nvfp4 block %d/%d differs\n", n, h);
+      nonzero += sb != 0;
+    }
+    uint8_t va[32], vb[32];
+    uint8_t sa = hw_mxfp8_block(x, va), sb = skref_mxfp8_quantize_block(x, vb);
+    if ((sa != sb || memcmp(va, vb, 32)) && bad++ < 8)
+      fprintf(stderr, "mxfp8 block %d differs\n", n);
+  }
+  cr_assert_eq(bad, 0);
+  cr_assert(nonzero > 20000, "most nvfp4 blocks must have a nonzero scale (%u)", nonzero);
+}
