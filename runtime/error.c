@@ -37,10 +37,14 @@ SK_API const char *sk_status_string(sk_status status) {
 SK_API const char *sk_last_error_message(void) { return tls_message; }
 
 sk_status sk_set_error(sk_status status, const char *fmt, ...) {
+  /* Format into a scratch buffer first: callers may pass sk_last_error_message() itself as an
+   * argument (to add context), which must not overlap the destination. */
+  char buf[SK_ERROR_MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tls_message, sizeof tls_message, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  memcpy(tls_message, buf, sizeof tls_message);
   return status;
 }
 
