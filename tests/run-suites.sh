@@ -5,7 +5,7 @@ total_pass=0; total_fail=0; bad=""
 for bin in "$@"; do
   echo "== $(basename "$bin")"
   out=$("$bin" --jobs 2 2>&1); rc=$?
-  printf '%s\n' "$out" | grep -v '^\[----\]\|^\[RUN \]\|^\[PASS\]' | tail -n 40
+  printf '%s\n' "$out" | grep -v '^\[RUN \]\|^\[PASS\]' | tail -n 60
   line=$(printf '%s\n' "$out" | grep 'Synthesis:' | tail -n 1)
   tested=$(printf '%s' "$line" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
   passing=$(printf '%s' "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')

@@ -42,6 +42,16 @@ typedef struct qcase {
 } qcase;
 
 /* Device buffers big enough for a case, allocated per case (the test is about bits, not time). */
+/* Mismatches are reported per case (first differing byte of each output) and counted, so one
+ * run shows every failing configuration; the test fails at the end if any case did. */
+static int case_failures;
+#define CASE_FAIL(...)                                                                           \
+  do {                                                                                           \
+    fprintf(stderr, "MISMATCH " __VA_ARGS__);                                                    \
+    fputc('\n', stderr);                                                                         \
+    case_failures++;                                                                             \
+  } while (0)
+
 static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
   const int64_t m = c->m, k = c->k, block = c->nvfp4 ? 16 : 32;
   const size_t n = (size_t)(m * k), vbytes = c->nvfp4 ? n / 2 : n, cols = (size_t)(k / block);
@@ -104,24 +114,30 @@ static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
   if (dr) CUDA_OK(cudaMemcpy(grr, dr, rowsz, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&got_gs, dgs, 4, cudaMemcpyDeviceToHost));
   const char *name = c->nvfp4 ? "nvfp4" : "mxfp8";
-  if (c->nvfp4)
-    cr_assert_eq(skref_f32_bits(got_gs), skref_f32_bits(ref_gs), "seed %llu %s M=%lld K=%lld: global scale %a != %a",
-                 (unsigned long long)seed, name, (long long)m, (long long)k, got_gs, ref_gs);
+  if (c->nvfp4 && skref_f32_bits(got_gs) != skref_f32_bits(ref_gs))
+    CASE_FAIL("seed %llu %s M=%lld K=%lld gs mode %d data %d: global scale %a != %a", (unsigned long long)seed, name,
+              (long long)m, (long long)k, c->gs, c->data_kind, got_gs, ref_gs);
   for (size_t i = 0; i < vbytes; i++)
-    if (gv[i] != rv[i])
-      cr_assert_fail("seed %llu %s dtype %d M=%lld K=%lld layout %d gs %d data %d: value byte %zu = 0x%02x, ref 0x%02x",
+    if (gv[i] != rv[i]) {
+      CASE_FAIL("seed %llu %s dtype %d M=%lld K=%lld layout %d gs %d data %d: value byte %zu = 0x%02x, ref 0x%02x",
                      (unsigned long long)seed, name, c->dtype, (long long)m, (long long)k, c->scales, c->gs, c->data_kind,
                      i, gv[i], rv[i]);
+      break;
+    }
   if (ds)
     for (size_t i = 0; i < swz; i++)
-      if (gsw[i] != rs[i])
-        cr_assert_fail("seed %llu %s M=%lld K=%lld: swizzled scale byte %zu = 0x%02x, ref 0x%02x",
+      if (gsw[i] != rs[i]) {
+        CASE_FAIL("seed %llu %s M=%lld K=%lld: swizzled scale byte %zu = 0x%02x, ref 0x%02x",
                        (unsigned long long)seed, name, (long long)m, (long long)k, i, gsw[i], rs[i]);
+        break;
+      }
   if (dr)
     for (size_t i = 0; i < rowsz; i++)
-      if (grr[i] != rr[i])
-        cr_assert_fail("seed %llu %s M=%lld K=%lld: row scale %zu = 0x%02x, ref 0x%02x", (unsigned long long)seed, name,
+      if (grr[i] != rr[i]) {
+        CASE_FAIL("seed %llu %s M=%lld K=%lld: row scale %zu = 0x%02x, ref 0x%02x", (unsigned long long)seed, name,
                        (long long)m, (long long)k, i, grr[i], rr[i]);
+        break;
+      }
   sk_quant_plan_destroy(plan);
   CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dv)); CUDA_OK(cudaFree(dgs));
   if (ds) CUDA_OK(cudaFree(ds));
@@ -151,6 +167,8 @@ Test(gpu_quant, nvfp4_bit_exact_over_shapes, .init = setup, .fini = teardown, .t
   run_case(&big1, &rng, seed);
   run_case(&big2, &rng, seed);
   run_case(&big3, &rng, seed);
+  cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
+               case_failures);
 }
 
 Test(gpu_quant, mxfp8_bit_exact_over_shapes, .init = setup, .fini = teardown, .timeout = 600) {
@@ -168,6 +186,8 @@ Test(gpu_quant, mxfp8_bit_exact_over_shapes, .init = setup, .fini = teardown, .t
   qcase big2 = {0, SKREF_FP16, 1000, 16384, SK_SCALES_BOTH, SK_GLOBAL_SCALE_GIVEN, 1, SK_PATH_AUTO};
   run_case(&big1, &rng, seed);
   run_case(&big2, &rng, seed);
+  cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
+               case_failures);
 }
 
 /* Planned ops captured in a CUDA graph after the freeze replay bit-identically to eager runs. */

@@ -20,7 +20,7 @@ SK_API sk_status sk_mxfp8_bind(const sk_quant_plan *p, const DLTensor *x, const 
   sk_binding b;
   int64_t m;
   SK_TRY(quant_bind_common(p, x, values, scales_swizzled, scales_rows, &b, &m));
-  b.dim[2] = sk_cdiv(m * p->caps.k / 8, QUANT_THREADS);
+  b.dim[2] = quant_grid(p, m);
   *out = b;
   return SK_OK;
 }

@@ -10,7 +10,7 @@ SK_API sk_status sk_nvfp4_plan_create(const sk_quant_caps *caps, sk_quant_plan *
 
 /* Binding: ptr[0] x, [1] values, [2] swizzled scales, [3] row scales, [4] global scale,
  * [5] amax partials; dim[0] M, [1] launch mode, [2] grid of the rows kernel, [3] partials. */
-enum { MODE_GIVEN = 0, MODE_PARTIALS = 1, MODE_IN_CTA = 2 };
+enum { MODE_GIVEN = 0, MODE_PARTIALS = 1 };
 
 SK_API sk_status sk_nvfp4_bind(const sk_quant_plan *p, const DLTensor *x, const DLTensor *values,
                                const DLTensor *scales_swizzled, const DLTensor *scales_rows,
@@ -25,20 +25,19 @@ SK_API sk_status sk_nvfp4_bind(const sk_quant_plan *p, const DLTensor *x, const 
   SK_TRY(sk_check_tensor(p->op, global_scale, &gs, &b.ptr[4]));
   void *views[8] = {0};
   SK_TRY(sk_scratch_bind(p->op, &p->scratch, scratch, scratch_bytes, views));
-  const int64_t chunks = m * p->caps.k / 8;
-  const int64_t grid = sk_cdiv(chunks, QUANT_THREADS);
+  b.dim[2] = quant_grid(p, m);
   if (p->caps.global_scale == SK_GLOBAL_SCALE_GIVEN) {
     b.dim[1] = MODE_GIVEN;
-  } else if (m * p->caps.k <= QUANT_IN_CTA_MAX_ELEMS) {
-    b.dim[1] = MODE_IN_CTA; /* one launch: small tensors are latency-bound */
   } else {
+    /* Two launches (amax partials, then quantize) even at M = 1: the one-CTA variant was
+     * slower on the H200 (15 us vs 8 us at K = 4096; kernel_src/quantization/nvfp4.cuh). */
     b.dim[1] = MODE_PARTIALS;
     const int64_t sms = p->sm_count > 0 ? p->sm_count : 128; /* offline plans know no SM count */
-    int64_t partials = grid < 2 * sms ? grid : 2 * sms;
+    const int64_t chunk_blocks = sk_cdiv(m * p->caps.k / 8, QUANT_THREADS);
+    int64_t partials = chunk_blocks < 2 * sms ? chunk_blocks : 2 * sms;
     b.dim[3] = partials < 1 ? 1 : partials > QUANT_MAX_PARTIALS ? QUANT_MAX_PARTIALS : partials;
     b.ptr[5] = views[p->amax_region];
   }
-  b.dim[2] = b.dim[1] == MODE_IN_CTA ? 1 : grid;
   *out = b;
   return SK_OK;
 }
@@ -48,8 +47,7 @@ sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *str
   void *values = b->ptr[1], *sw = b->ptr[2], *rows = b->ptr[3], *gs = b->ptr[4], *partials = b->ptr[5];
   int ld = (int)p->caps.k, m = (int)b->dim[0], k = (int)p->caps.k, np = (int)b->dim[3];
   const sk_dim3 block = {QUANT_THREADS, 1, 1};
-  sk_kernel *rows_kernel = p->kernels[b->dim[1] == MODE_GIVEN ? QK_ROWS_GIVEN
-                                      : b->dim[1] == MODE_IN_CTA ? QK_ROWS_IN_CTA : QK_ROWS_PARTIALS];
+  sk_kernel *rows_kernel = p->kernels[b->dim[1] == MODE_GIVEN ? QK_ROWS_GIVEN : QK_ROWS_PARTIALS];
   if (b->dim[1] == MODE_PARTIALS) {
     void *aargs[] = {(void *)&x, &ld, &m, &k, &partials};
     SK_TRY(sk_kernel_launch(p->kernels[QK_AMAX_PARTIALS], (sk_dim3){(unsigned)np, 1, 1}, block, 0, stream, aargs));

@@ -64,7 +64,6 @@ void quant_kernel_names(quant_kind kind, const sk_quant_caps *c, const char *arc
     snprintf(names[QK_ROWS_GIVEN], 160, "sk::quant::nvfp4_rows<%s, %d, 0, %d>", t, (int)c->scales, cvt);
   } else {
     snprintf(names[QK_ROWS_PARTIALS], 160, "sk::quant::nvfp4_rows<%s, %d, 1, %d>", t, (int)c->scales, cvt);
-    snprintf(names[QK_ROWS_IN_CTA], 160, "sk::quant::nvfp4_rows<%s, %d, 2, %d>", t, (int)c->scales, cvt);
     snprintf(names[QK_AMAX_PARTIALS], 160, "sk::quant::nvfp4_amax_partials<%s>", t);
   }
   snprintf(params, 160, "in=%s scales=%s%s cvt=%s", c->dtype == SK_DTYPE_BF16 ? "bf16" : "fp16", layouts[c->scales],
@@ -242,3 +241,13 @@ SK_API sk_status sk_quant_run(const sk_quant_plan *p, const sk_binding *b, void 
   return p->kind == QUANT_NVFP4 ? quant_nvfp4_run(p, b, stream) : quant_mxfp8_run(p, b, stream);
 }
 
+
+int64_t quant_grid(const sk_quant_plan *p, int64_t m) {
+  const int64_t k = p->caps.k, cols = k / kind_block(p->kind);
+  int64_t work = m * k / 8;
+  if (p->caps.scales & SK_SCALES_SWIZZLED) {
+    const int64_t pad_words = (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(cols, 4);
+    if (pad_words > work) work = pad_words;
+  }
+  return sk_cdiv(work, QUANT_THREADS);
+}

@@ -12,7 +12,6 @@ typedef enum quant_kind { QUANT_NVFP4 = 0, QUANT_MXFP8 = 1 } quant_kind;
 enum {
   QK_ROWS_GIVEN = 0,   /* nvfp4_rows<..., given> / mxfp8_rows<...> */
   QK_ROWS_PARTIALS,    /* nvfp4_rows<..., from partials> */
-  QK_ROWS_IN_CTA,      /* nvfp4_rows<..., in CTA> */
   QK_AMAX_PARTIALS,    /* nvfp4_amax_partials<T> */
   QK_COUNT
 };
@@ -30,7 +29,6 @@ struct sk_quant_plan {
 
 #define QUANT_THREADS 256       /* kNvfp4Threads / kMxfp8Threads */
 #define QUANT_MAX_PARTIALS 1024 /* kMaxAmaxPartials */
-#define QUANT_IN_CTA_MAX_ELEMS 32768 /* computed global scale in one launch below this */
 
 /* Caps check for `kind` (fills a normalised copy). */
 sk_status quant_check_caps(quant_kind kind, const sk_quant_caps *caps, sk_quant_caps *out);
@@ -50,6 +48,9 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
                             const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
                             int64_t *m_out);
 
+/* Grid of the rows kernels: one 8-value chunk and at most one swizzled padding word per thread
+ * (see the quantizer kernels' launch contracts; for M = 1 the 127 padding rows are most of the work). */
+int64_t quant_grid(const sk_quant_plan *p, int64_t m);
 /* Each op's launches (binding already checked). */
 sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
 sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
