@@ -523,6 +523,44 @@ Test(mhc_ref_relations, tokens_are_independent_and_zero_tokens_touch_nothing) {
   free_inputs(&in);
 }
 
+Test(mhc_ref_tolerance, closeness_helpers) {
+  /* bf16: 1 ulp at 1.0 is 2^-7; the magnitude term widens the band where terms cancel. */
+  cr_expect(skref_mhc_bf16_close(bf16(1.0), 1.0 + 0x1p-8, 0, 1, 0));
+  cr_expect(skref_mhc_bf16_close(bf16(1.0), 1.0 + 0x1p-7, 0, 1, 0));
+  cr_expect(!skref_mhc_bf16_close(bf16(1.0), 1.0 + 0x1p-6, 0, 1, 0));
+  cr_expect(!skref_mhc_bf16_close(bf16(1e-6), 2e-6, 0, 1, 0));
+  cr_expect(skref_mhc_bf16_close(bf16(1e-6), 2e-6, 1.0, 1, 2e-6), "cancellation: allowed by the magnitude term");
+  cr_expect(!skref_mhc_bf16_close(0x7fc0, 1.0, 1e9, 1e9, 1), "NaN never passes");
+  cr_expect(skref_mhc_bf16_close(0x7f80, 1e39, 0, 1, 0), "overflow to +inf matches a reference past the range");
+  cr_expect(!skref_mhc_bf16_close(0x7f80, 1.0, 0, 1, 0));
+  cr_expect(skref_mhc_f32_close(1.0f, 1.0 + 1e-5));
+  cr_expect(!skref_mhc_f32_close(1.0f, 1.0 + 2e-5));
+  cr_expect(skref_mhc_f32_close(0.0f, 1.5e-6));
+  cr_expect(!skref_mhc_f32_close(NAN, 0.0));
+}
+
+Test(mhc_ref_tolerance, magnitudes_bound_the_values) {
+  rng_init("magnitudes_bound_the_values");
+  enum { T = 2, H = 256 };
+  inputs in = make_inputs(T, H);
+  static double out[T * 4 * H], mag[T * 4 * H], y[T * H], ymag[T * H];
+  skref_mhc_post(T, H, in.x, in.residual, in.prev_post, in.prev_comb, out);
+  skref_mhc_post_magnitude(T, H, in.x, in.residual, in.prev_post, in.prev_comb, mag);
+  for (int i = 0; i < T * 4 * H; i++) cr_expect(fabs(out[i]) <= mag[i] * (1 + 1e-15) && mag[i] > 0);
+  for (int norm = 0; norm < 2; norm++) {
+    skref_mhc_config cfg = default_config(&in, norm ? SKREF_MHC_NORM_BF16 : SKREF_MHC_NORM_NONE);
+    skref_mhc_coeffs k[T];
+    skref_mhc_pre_streams(&cfg, T, in.residual, in.fn, NULL, NULL, y, k);
+    skref_mhc_y_magnitude(&cfg, T, in.residual, k, ymag);
+    for (int i = 0; i < T * H; i++) {
+      /* With a norm, y is built from the bf16-rounded y_pre: allow its half ulp. */
+      double slack = norm ? 0x1p-8 * ymag[i] : 1e-15 * ymag[i];
+      cr_expect(fabs(y[i]) <= ymag[i] + slack, "norm %d y[%d] %g > magnitude %g", norm, i, y[i], ymag[i]);
+    }
+  }
+  free_inputs(&in);
+}
+
 Test(mhc_ref_scratch, partials_formula) {
   cr_expect_eq(skref_mhc_scratch_bytes(1, 4096), 2304u);
   cr_expect_eq(skref_mhc_scratch_bytes(1, 7168), 4032u);

@@ -1,15 +1,22 @@
-// norm.mhc: per-token coefficients of the pre half (gates, Sinkhorn, fused-norm scale), computed
-// by one warp from the token's reduced partials. Math: docs/ops/norm.mhc.md, steps 1-6.
+// norm.mhc: per-token coefficients of the pre half (gates, Sinkhorn, fused-norm scale), each
+// computed by one thread from the token's reduced partials. Math: docs/ops/norm.mhc.md, steps 1-6.
+// The gates (what the collapse needs) and comb (Sinkhorn, the long part) are separate so the
+// finalize can run Sinkhorn on one warp while the others write y.
+//
+// One thread, everything in registers: the 4 rows / 4 columns give enough independent work, and
+// a round costs two short dependency chains (sum, reciprocal, multiply) instead of shuffles and
+// divisions. Reciprocals are the hardware approximation (rcp.approx, ~1 ulp, as upstream uses):
+// IEEE division and the correctly rounded reciprocal compile to called subroutines that
+// serialise the chains.
 #pragma once
 #include "common/defs.cuh"
-#include "common/reduce.cuh"
 
 namespace sk {
 namespace mhc {
 
 constexpr int kStreams = 4;
-constexpr int kMixes = 24;       // pre [0,4), post [4,8), comb [8,24) row-major comb[i][j]
-constexpr int kGramPairs = 10;   // (0,0) (1,1) (2,2) (3,3) (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)
+constexpr int kMixes = 24;          // pre [0,4), post [4,8), comb [8,24) row-major comb[i][j]
+constexpr int kGramPairs = 10;      // (0,0) (1,1) (2,2) (3,3) (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)
 constexpr int kGramSlot0 = kMixes;  // partial-row slot of Gram pair 0
 
 SK_HOST_DEVICE constexpr int gram_stream_a(int pair) { return pair < 4 ? pair : pair < 7 ? 0 : pair < 9 ? 1 : 2; }
@@ -17,69 +24,105 @@ SK_HOST_DEVICE constexpr int gram_stream_b(int pair) {
   return pair < 4 ? pair : pair == 4 ? 1 : pair == 5 ? 2 : pair == 6 ? 3 : pair == 7 ? 2 : 3;
 }
 
-// What the collapse of one token needs; identical in every CTA that computes it from the same
-// reduced partials (same code, same order).
-struct TokenCoeffs {
+// What the collapse of one token needs, plus the post gate. Identical in every CTA that computes
+// it from the same reduced partials (same code, same order).
+struct TokenGates {
   float pre[kStreams];
+  float post[kStreams];
   float norm_scale;  // 1 when no norm is fused
 };
 
-// Called by all 32 lanes of one warp. reduced: the token's 34 summed partials (24 projection
-// dots, 10 Gram entries), readable by every lane (shared memory). post_out [4] / comb_out [16]:
-// written when non-null. Every lane returns the same coefficients.
-template <bool FUSE_NORM>
-SK_DEVICE TokenCoeffs compute_token_coeffs(const float* reduced, const float* __restrict__ hc_scale,
-                                           const float* __restrict__ hc_base, int hidden, int sinkhorn_iters,
-                                           float rms_eps, float hc_eps, float norm_eps, float* __restrict__ post_out,
-                                           float* __restrict__ comb_out) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+SK_DEVICE float fast_reciprocal(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 
-  // 1. RMS over the 4H flattened streams: the sum of squares is the Gram trace.
-  const float sum_sq = ((reduced[kGramSlot0 + 0] + reduced[kGramSlot0 + 1]) + reduced[kGramSlot0 + 2]) +
-                       reduced[kGramSlot0 + 3];
-  const float inv_rms = rsqrtf(sum_sq / static_cast<float>(kStreams * hidden) + rms_eps);
+SK_DEVICE float sigmoid(float z) { return fast_reciprocal(1.0f + expf(-z)); }
 
-  // 3. Gates: lanes 0-3 pre, lanes 4-7 post.
-  float gate = 0.0f;
-  if (lane < 8) {
-    const float logit = fmaf(reduced[lane] * inv_rms, hc_scale[lane < 4 ? 0 : 1], hc_base[lane]);
-    const float sigmoid = 1.0f / (1.0f + expf(-logit));
-    gate = lane < 4 ? sigmoid + hc_eps : 2.0f * sigmoid;
-    if (lane >= 4 && post_out != nullptr) post_out[lane - 4] = gate;
-  }
+// Step 1: 1/RMS over the 4H flattened streams; the sum of squares is the Gram trace.
+// HIDDEN is a template parameter so 1/(4H) and 1/H are constants (multiplies, not divisions).
+template <int HIDDEN>
+SK_DEVICE float flat_inv_rms(const float* reduced, float rms_eps) {
+  constexpr float kInvFlatLength = 1.0f / static_cast<float>(kStreams * HIDDEN);
+  const float sum_sq = (reduced[kGramSlot0 + 0] + reduced[kGramSlot0 + 1]) +
+                       (reduced[kGramSlot0 + 2] + reduced[kGramSlot0 + 3]);
+  return rsqrtf(fmaf(sum_sq, kInvFlatLength, rms_eps));
+}
 
-  // 4. comb: lane 4i+j holds C[i][j] (lanes 16-31 mirror 0-15 so every shuffle is full-warp).
-  // Rows are lanes differing in bits 0-1, columns lanes differing in bits 2-3.
-  const int c_idx = lane & 15;
-  const float c_logit = fmaf(reduced[8 + c_idx] * inv_rms, hc_scale[2], hc_base[8 + c_idx]);
-  const float e = expf(c_logit - butterfly_max<1, 2>(c_logit));
-  float c = e / butterfly_sum<1, 2>(e) + hc_eps;
-  c = c / (butterfly_sum<4, 8>(c) + hc_eps);
-  for (int round = 1; round < sinkhorn_iters; ++round) {
-    c = c / (butterfly_sum<1, 2>(c) + hc_eps);
-    c = c / (butterfly_sum<4, 8>(c) + hc_eps);
-  }
-  if (lane < 16 && comb_out != nullptr) comb_out[lane] = c;
-
-  TokenCoeffs coeffs;
+// Steps 1, 3 and 6. reduced: the token's 34 summed partials (24 dots, then 10 Gram entries).
+template <int HIDDEN, bool FUSE_NORM>
+SK_DEVICE TokenGates compute_token_gates(const float* reduced, const float* __restrict__ hc_scale,
+                                         const float* __restrict__ hc_base, float rms_eps, float hc_eps,
+                                         float norm_eps) {
+  constexpr float kInvHidden = 1.0f / static_cast<float>(HIDDEN);
+  TokenGates g;
+  const float inv_rms = flat_inv_rms<HIDDEN>(reduced, rms_eps);
+  const float scale_pre = hc_scale[0], scale_post = hc_scale[1];
 #pragma unroll
-  for (int s = 0; s < kStreams; ++s) coeffs.pre[s] = __shfl_sync(kFullWarpMask, gate, s);
-
-  // 6. Fused RMSNorm scale from the Gram matrix: sum_h y_raw^2 = pre^T G pre.
-  coeffs.norm_scale = 1.0f;
+  for (int s = 0; s < kStreams; ++s) {
+    g.pre[s] = sigmoid(fmaf(reduced[s] * inv_rms, scale_pre, hc_base[s])) + hc_eps;
+    g.post[s] = 2.0f * sigmoid(fmaf(reduced[kStreams + s] * inv_rms, scale_post, hc_base[kStreams + s]));
+  }
+  // Fused RMSNorm scale from the Gram matrix: sum_h y_raw^2 = pre^T G pre.
+  g.norm_scale = 1.0f;
   if (FUSE_NORM) {
-    float term = 0.0f;
+    float diagonal = 0.0f, off_diagonal = 0.0f;
 #pragma unroll
     for (int pair = 0; pair < kGramPairs; ++pair) {
-      if (lane == pair) {
-        const float weight = pair < 4 ? 1.0f : 2.0f;  // off-diagonal entries count twice
-        term = weight * coeffs.pre[gram_stream_a(pair)] * coeffs.pre[gram_stream_b(pair)] * reduced[kGramSlot0 + pair];
-      }
+      const float term = g.pre[gram_stream_a(pair)] * g.pre[gram_stream_b(pair)] * reduced[kGramSlot0 + pair];
+      if (pair < kStreams) diagonal += term;
+      else off_diagonal += term;
     }
-    const float sum_y_sq = warp_sum(term);
-    coeffs.norm_scale = rsqrtf(sum_y_sq / static_cast<float>(hidden) + norm_eps);
+    g.norm_scale = rsqrtf(fmaf(fmaf(2.0f, off_diagonal, diagonal), kInvHidden, norm_eps));
   }
-  return coeffs;
+  return g;
+}
+
+// Row step (divide every row by its sum + eps), then column step. FIRST_ROUND skips the row
+// step: the softmax has normalised the rows already.
+template <bool FIRST_ROUND>
+SK_DEVICE void sinkhorn_round(float (&c)[kStreams][kStreams], float eps) {
+  if (!FIRST_ROUND) {
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) {
+      const float inv = fast_reciprocal(((c[i][0] + c[i][1]) + (c[i][2] + c[i][3])) + eps);
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) c[i][j] *= inv;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kStreams; ++j) {
+    const float inv = fast_reciprocal(((c[0][j] + c[1][j]) + (c[2][j] + c[3][j])) + eps);
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) c[i][j] *= inv;
+  }
+}
+
+// Step 4: comb[i][j] (source i -> destination j): row softmax + eps, then Sinkhorn rounds.
+template <int HIDDEN>
+SK_DEVICE void compute_token_comb(const float* reduced, const float* __restrict__ hc_scale,
+                                  const float* __restrict__ hc_base, int sinkhorn_iters, float rms_eps, float hc_eps,
+                                  float (&c)[kStreams][kStreams]) {
+  const float inv_rms = flat_inv_rms<HIDDEN>(reduced, rms_eps);
+  const float scale_comb = hc_scale[2];
+#pragma unroll
+  for (int i = 0; i < kStreams; ++i) {
+    float logit[kStreams];
+#pragma unroll
+    for (int j = 0; j < kStreams; ++j) {
+      const int m = 2 * kStreams + kStreams * i + j;
+      logit[j] = fmaf(reduced[m] * inv_rms, scale_comb, hc_base[m]);
+    }
+    const float row_max = fmaxf(fmaxf(logit[0], logit[1]), fmaxf(logit[2], logit[3]));
+#pragma unroll
+    for (int j = 0; j < kStreams; ++j) logit[j] = expf(logit[j] - row_max);
+    const float inv = fast_reciprocal((logit[0] + logit[1]) + (logit[2] + logit[3]));
+#pragma unroll
+    for (int j = 0; j < kStreams; ++j) c[i][j] = fmaf(logit[j], inv, hc_eps);
+  }
+  sinkhorn_round<true>(c, hc_eps);
+  for (int round = 1; round < sinkhorn_iters; ++round) sinkhorn_round<false>(c, hc_eps);
 }
 
 }  // namespace mhc

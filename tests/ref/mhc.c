@@ -206,6 +206,43 @@ void skref_mhc_sum_fn_streams(int hidden, const float *fn, float *fn_pre) {
     }
 }
 
+void skref_mhc_post_magnitude(int tokens, int hidden, const uint16_t *x, const uint16_t *residual, const float *post,
+                              const float *comb, double *magnitude) {
+  const size_t H = (size_t)hidden;
+  for (size_t t = 0; t < (size_t)tokens; t++) {
+    const float *p = post + 4 * t, *c = comb + 16 * t;
+    for (size_t j = 0; j < 4; j++)
+      for (size_t h = 0; h < H; h++) {
+        double m = fabs((double)p[j] * mhc_bf16_to_double(x[t * H + h]));
+        for (size_t i = 0; i < 4; i++) m += fabs((double)c[4 * i + j] * mhc_bf16_to_double(residual[(t * 4 + i) * H + h]));
+        magnitude[(t * 4 + j) * H + h] = m;
+      }
+  }
+}
+
+void skref_mhc_y_magnitude(const skref_mhc_config *cfg, int tokens, const uint16_t *streams,
+                           const skref_mhc_coeffs *coeffs, double *magnitude) {
+  const size_t H = (size_t)cfg->hidden;
+  for (size_t t = 0; t < (size_t)tokens; t++)
+    for (size_t h = 0; h < H; h++) {
+      double m = 0.0;
+      for (size_t s = 0; s < 4; s++) m += fabs(coeffs[t].pre[s] * mhc_bf16_to_double(streams[(t * 4 + s) * H + h]));
+      if (cfg->norm_kind != SKREF_MHC_NORM_NONE) m *= coeffs[t].norm_scale * fabs(norm_weight_at(cfg, (int)h));
+      magnitude[t * H + h] = m;
+    }
+}
+
+int skref_mhc_bf16_close(uint16_t gpu, double ref, double magnitude, double ulps, double magnitude_rel) {
+  double got = mhc_bf16_to_double(gpu);
+  if (isnan(got) || isnan(ref)) return 0;
+  if (isinf(got) || isinf(ref)) return got == ref || (isinf(got) && fabs(ref) >= 0x1.ffp127);
+  return fabs(got - ref) <= ulps * skref_mhc_bf16_ulp(ref) + magnitude_rel * magnitude;
+}
+
+int skref_mhc_f32_close(float gpu, double ref) {
+  return !isnan(gpu) && fabs((double)gpu - ref) <= 2e-6 + 1e-5 * fabs(ref);
+}
+
 size_t skref_mhc_scratch_bytes(int max_tokens, int hidden) {
   return (size_t)max_tokens * (size_t)(hidden / 256) * 36u * sizeof(float);
 }

@@ -109,6 +109,28 @@ void skref_mhc_post_pre(const skref_mhc_config *cfg, int tokens, const uint16_t 
  *  (what a caller does once at load time for run_pre). */
 void skref_mhc_sum_fn_streams(int hidden, const float *fn, float *fn_pre);
 
+/* ---- tolerances (docs/ops/norm.mhc.md, "Tolerances") -------------------------------------- */
+
+/** Magnitude of the terms of each mix-back output: |post_j*x| + sum_i |comb_ij*residual_i|,
+ *  double [T,4,H]. An fp32 sum of these terms is off by a few 2^-24 of this, which is many bf16
+ *  ulps of the result when the terms cancel. */
+void skref_mhc_post_magnitude(int tokens, int hidden, const uint16_t *x, const uint16_t *residual, const float *post,
+                              const float *comb, double *magnitude);
+
+/** Magnitude of the terms of each y element: sum_i |pre_i * r_i[h]|, times norm_scale*|w[h]| when
+ *  a norm is fused. streams: the bf16 [T,4,H] the pre half read (run_pre: 4 copies of x);
+ *  coeffs: from the same reference call. double [T,H]. */
+void skref_mhc_y_magnitude(const skref_mhc_config *cfg, int tokens, const uint16_t *streams,
+                           const skref_mhc_coeffs *coeffs, double *magnitude);
+
+/** |value(gpu) - ref| <= ulps * ulp_bf16(ref) + magnitude_rel * magnitude (NaN never passes).
+ *  Recommended: residual_out/out: ulps 1, magnitude_rel 2^-21 with skref_mhc_post_magnitude;
+ *  y: ulps 1 (no norm) or 3 (norm), magnitude_rel 4e-6 with skref_mhc_y_magnitude. */
+int skref_mhc_bf16_close(uint16_t gpu, double ref, double magnitude, double ulps, double magnitude_rel);
+
+/** post/comb (fp32): |gpu - ref| <= 2e-6 + 1e-5*|ref|. */
+int skref_mhc_f32_close(float gpu, double ref);
+
 /** Scratch bytes of the kernels' split-K partials: max_tokens * (hidden/256) * 36 * 4. */
 size_t skref_mhc_scratch_bytes(int max_tokens, int hidden);
 
