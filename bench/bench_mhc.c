@@ -1,0 +1,133 @@
+/* bench_mhc - norm.mhc achieved bandwidth for run_post, run_pre, run_post_pre at hidden 2048,
+ * 4096, 7168 and T in {1, 16, 128, 4096}. Bytes = every input read once + every output written
+ * once. CUDA events around 100 runs after warm-up, median of 7 rounds; random data. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "sparkinfer/norm.h"
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
+  } while (0)
+#define SK(x)                                                                                    \
+  do {                                                                                           \
+    if ((x) != SK_OK) { fprintf(stderr, "%s: %s\n", #x, sk_last_error_message()); exit(1); }     \
+  } while (0)
+
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+static DLTensor T(void *p, DLDataType dt, int nd, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = p;
+  t.device.device_type = kDLCUDA;
+  t.dtype = dt;
+  t.ndim = nd;
+  t.shape = shape;
+  return t;
+}
+static void *rand_dev(size_t bytes, unsigned seed, int bf16) {
+  void *d;
+  CK(cudaMalloc(&d, bytes));
+  unsigned short *h = malloc(bytes);
+  for (size_t i = 0; i < bytes / 2; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    /* bf16: random values in about [-2, 2]; fp32 (pairs of halves): small positives */
+    h[i] = bf16 ? (unsigned short)(0x3c00 + (seed >> 23) % 0x180) ^ (unsigned short)((seed >> 8) & 0x8000)
+                : (unsigned short)((i & 1) ? 0x3c00 + (seed >> 24) % 0x80 : seed >> 16);
+  }
+  CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+int main(void) {
+  const char *jpath = getenv("SK_BENCH_JSON");
+  FILE *json = jpath ? fopen(jpath, "w") : NULL;
+  if (json) fprintf(json, "{\"results\":[");
+  int first = 1;
+  CK(cudaSetDevice(0));
+  CK(cudaFree(0));
+  const int hs[] = {2048, 4096, 7168}, ts[] = {1, 16, 128, 4096};
+  DLDataType bf = {kDLBfloat, 16, 1}, f32 = {kDLFloat, 32, 1};
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  printf("| entry | H | T | us/run | GB/s | %% of 4300 GB/s |\n|---|---|---|---|---|---|\n");
+  for (int hi = 0; hi < 3; hi++)
+    for (int ti = 0; ti < 4; ti++) {
+      const int64_t h = hs[hi], t = ts[ti];
+      sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
+      sk_mhc_plan *p;
+      SK(sk_mhc_plan_create(&caps, &p));
+      sk_scratch_spec spec;
+      SK(sk_mhc_scratch_spec(p, &spec));
+      void *scratch, *x = rand_dev(t * h * 2, 1, 1), *res = rand_dev(4 * t * h * 2, 2, 1), *w = rand_dev(h * 2, 3, 1),
+           *fn = rand_dev(96 * h * 4, 4, 0), *fnp = rand_dev(24 * h * 4, 5, 0), *pp = rand_dev(t * 16, 6, 0),
+           *pc = rand_dev(t * 64, 7, 0), *sc = rand_dev(16, 8, 0), *ba = rand_dev(96, 9, 0), *ro, *y, *po, *co;
+      CK(cudaMalloc(&scratch, spec.bytes));
+      CK(cudaMalloc(&ro, 4 * t * h * 2));
+      CK(cudaMalloc(&y, t * h * 2));
+      CK(cudaMalloc(&po, t * 16));
+      CK(cudaMalloc(&co, t * 64));
+      int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, scb[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
+              s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
+      DLTensor tx = T(x, bf, 2, sx), tres = T(res, bf, 3, sr), tw = T(w, bf, 1, sw), tfn = T(fn, f32, 2, sfn),
+               tfnp = T(fnp, f32, 2, sfnp), tpp = T(pp, f32, 2, sp), tpc = T(pc, f32, 3, scb), tsc = T(sc, f32, 1, s3),
+               tba = T(ba, f32, 1, s24), tro = T(ro, bf, 3, sr), ty = T(y, bf, 2, sx), tpo = T(po, f32, 2, sp),
+               tco = T(co, f32, 3, scb);
+      for (int entry = 0; entry < 3; entry++) {
+        sk_binding b;
+        double bytes;
+        const char *name;
+        if (entry == 0) {
+          SK(sk_mhc_bind_post(p, &tx, &tres, &tpp, &tpc, &tro, &b));
+          bytes = t * h * 2.0 + 2 * 4.0 * t * h * 2 + t * 80.0;
+          name = "post";
+        } else if (entry == 1) {
+          SK(sk_mhc_bind_pre(p, &tx, &tfnp, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
+          bytes = t * h * 2.0 + 24.0 * h * 4 + h * 2.0 + 4.0 * t * h * 2 + t * h * 2.0 + t * 80.0;
+          name = "pre";
+        } else {
+          SK(sk_mhc_bind_post_pre(p, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
+                                  spec.bytes, &b));
+          bytes = t * h * 2.0 + 4.0 * t * h * 2 + 96.0 * h * 4 + h * 2.0 + 4.0 * t * h * 2 + t * h * 2.0 + t * 160.0;
+          name = "post_pre";
+        }
+        for (int i = 0; i < 10; i++) SK(sk_mhc_run(p, &b, s));
+        float rounds[7];
+        for (int r = 0; r < 7; r++) {
+          CK(cudaEventRecord(e0, s));
+          for (int i = 0; i < 100; i++) SK(sk_mhc_run(p, &b, s));
+          CK(cudaEventRecord(e1, s));
+          CK(cudaEventSynchronize(e1));
+          CK(cudaEventElapsedTime(&rounds[r], e0, e1));
+        }
+        CK(cudaGetLastError());
+        qsort(rounds, 7, sizeof(float), cmp_f);
+        double us = rounds[3] * 10.0, gbs = bytes / (us * 1e-6) / 1e9;
+        printf("| %s | %lld | %lld | %.2f | %.0f | %.0f%% |\n", name, (long long)h, (long long)t, us, gbs, gbs / 43);
+        if (json)
+          fprintf(json, "%s\n {\"entry\":\"%s\",\"h\":%lld,\"t\":%lld,\"us\":%.4f,\"gbs\":%.1f}", first ? "" : ",", name,
+                  (long long)h, (long long)t, us, gbs);
+        first = 0;
+      }
+      void *all[] = {scratch, x, res, w, fn, fnp, pp, pc, sc, ba, ro, y, po, co};
+      for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cudaFree(all[i]));
+      sk_mhc_plan_destroy(p);
+    }
+  if (json) {
+    fprintf(json, "\n]}\n");
+    fclose(json);
+  }
+  return 0;
+}

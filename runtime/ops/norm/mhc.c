@@ -1,0 +1,319 @@
+/* runtime/ops/norm/mhc.c - norm.mhc host side: caps, plan, scratch, bind for the three entry
+ * points, run, registry entry. Kernels and launch contract: kernel_src/norm/mhc.cuh. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../op.h"
+#include "sparkinfer/norm.h"
+
+#define OP "norm.mhc"
+#define SOURCE "norm/mhc.cuh"
+#define TILE_H 256
+#define PARTIAL_FLOATS 36   /* kPartialStride */
+#define POST_THREADS 128    /* kPostThreads */
+#define FINALIZE_THREADS 128
+#define MAX_HIDDEN 65536
+
+enum { K_POST, K_PRE_PARTIAL, K_PRE_FINALIZE, K_POST_PRE_PARTIAL, K_POST_PRE_FINALIZE, K_COUNT };
+enum { ENTRY_POST = 1, ENTRY_PRE = 2, ENTRY_POST_PRE = 3 };
+
+struct sk_mhc_plan {
+  sk_mhc_caps caps;
+  char arch[SK_MAX_ARCH];
+  sk_kernel *k[K_COUNT];
+  sk_scratch_layout scratch;
+  int sm_count;
+};
+
+SK_API int sk_mhc_is_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 80; }
+
+static sk_status check_caps(const sk_mhc_caps *c) {
+  if (!c) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": caps is NULL");
+  if (c->hidden < TILE_H || c->hidden % TILE_H || c->hidden > MAX_HIDDEN)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": hidden = %lld must be a multiple of 256 in [256, %d]",
+                        (long long)c->hidden, MAX_HIDDEN);
+  if (c->max_tokens < 1 || c->max_tokens > ((int64_t)1 << 31) - 1)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": max_tokens = %lld must be in [1, 2^31)", (long long)c->max_tokens);
+  if (c->norm_weight < SK_MHC_NORM_NONE || c->norm_weight > SK_MHC_NORM_FP32)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": norm_weight must be SK_MHC_NORM_NONE, _BF16 or _FP32");
+  if (c->sinkhorn_iters < 1 || c->sinkhorn_iters > 1000)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": sinkhorn_iters = %d must be in [1, 1000]", c->sinkhorn_iters);
+  if (!(c->rms_eps > 0.0f) || !isfinite(c->rms_eps))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": rms_eps must be a positive finite number");
+  if (!(c->hc_eps >= 0.0f) || !isfinite(c->hc_eps))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": hc_eps must be a non-negative finite number");
+  if (c->norm_weight != SK_MHC_NORM_NONE && (!(c->norm_eps > 0.0f) || !isfinite(c->norm_eps)))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": norm_eps must be a positive finite number with a norm weight");
+  /* Scratch must stay addressable: T_max * S * 144 bytes. */
+  if (c->max_tokens > ((int64_t)1 << 40) / (c->hidden / TILE_H * PARTIAL_FLOATS * 4))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": max_tokens x hidden is too large for the scratch");
+  return SK_OK;
+}
+
+static const char *weight_type(sk_mhc_norm_weight w) {
+  return w == SK_MHC_NORM_BF16 ? "__nv_bfloat16" : w == SK_MHC_NORM_FP32 ? "float" : "sk::mhc::NoNormWeight";
+}
+
+static void kernel_names(const sk_mhc_caps *c, char names[K_COUNT][128], char params[96]) {
+  const long long h = (long long)c->hidden;
+  const char *w = weight_type(c->norm_weight);
+  snprintf(names[K_POST], 128, "sk::mhc::post_kernel<%lld>", h);
+  snprintf(names[K_PRE_PARTIAL], 128, "sk::mhc::pre_partial_kernel<%lld>", h);
+  snprintf(names[K_PRE_FINALIZE], 128, "sk::mhc::pre_finalize_kernel<%lld, %s>", h, w);
+  snprintf(names[K_POST_PRE_PARTIAL], 128, "sk::mhc::post_pre_partial_kernel<%lld>", h);
+  snprintf(names[K_POST_PRE_FINALIZE], 128, "sk::mhc::post_pre_finalize_kernel<%lld, %s>", h, w);
+  static const char *const nw[] = {"none", "bf16", "fp32"};
+  snprintf(params, 96, "hidden=%lld norm_weight=%s", h, nw[c->norm_weight]);
+}
+
+static cJSON *caps_json(const sk_mhc_caps *c) {
+  static const char *const nw[] = {"none", "bf16", "fp32"};
+  cJSON *j = cJSON_CreateObject();
+  if (!j) return NULL;
+  cJSON_AddNumberToObject(j, "hidden", (double)c->hidden);
+  cJSON_AddNumberToObject(j, "max_tokens", (double)c->max_tokens);
+  cJSON_AddStringToObject(j, "norm_weight", nw[c->norm_weight]);
+  return j;
+}
+
+SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) {
+  if (!out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": plan out-pointer is NULL");
+  *out = NULL;
+  SK_TRY(check_caps(caps));
+  sk_mhc_plan *p = calloc(1, sizeof *p);
+  if (!p) return sk_set_error(SK_ERR_OUT_OF_MEMORY, OP ": out of memory");
+  p->caps = *caps;
+  sk_status s = sk_op_arch(OP, caps->arch, p->arch);
+  if (s == SK_OK && !sk_mhc_is_supported(p->arch))
+    s = sk_set_error(SK_ERR_UNSUPPORTED, OP ": arch %s is not supported (needs sm_80 or newer)", p->arch);
+  p->caps.arch = p->arch;
+  if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
+  char names[K_COUNT][128], params[96];
+  kernel_names(&p->caps, names, params);
+  for (int i = 0; s == SK_OK && i < K_COUNT; i++) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
+  if (s == SK_OK &&
+      sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * (size_t)(caps->hidden / TILE_H) * PARTIAL_FLOATS * 4) < 0)
+    s = SK_ERR_INTERNAL;
+  if (s != SK_OK) {
+    free(p);
+    return s;
+  }
+  cJSON *j = caps_json(&p->caps);
+  sk_warmup_note_op(OP, j);
+  cJSON_Delete(j);
+  *out = p;
+  return SK_OK;
+}
+
+SK_API sk_status sk_mhc_scratch_spec(const sk_mhc_plan *p, sk_scratch_spec *spec) {
+  if (!p || !spec) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " scratch_spec: NULL argument");
+  *spec = sk_scratch_spec_of(&p->scratch);
+  return SK_OK;
+}
+
+SK_API void sk_mhc_plan_destroy(sk_mhc_plan *p) { free(p); }
+
+/* ---- bind -------------------------------------------------------------------------------- */
+
+/* Binding layout. ptr: 0 x, 1 residual, 2 post(in), 3 comb(in), 4 fn, 5 residual_out/out,
+ * 6 partials, 7 hc_scale, 8 hc_base, 9 norm_weight, 10 y, 11 post(out), 12 comb(out).
+ * dim: 0 entry, 1 T, 2 warps per partial CTA, 3 tokens per CTA, 4 hidden per finalize CTA. */
+#define BF16_T SK_DL_BF16
+#define F32_T SK_DL_FP32
+
+static sk_status check(const char *what, const DLTensor *t, DLDataType dt, int nd, int64_t d0, int64_t d1, int64_t d2,
+                       void **out) {
+  sk_tensor_spec s = {what, dt, nd, {d0, d1, d2, 0}, 16};
+  return sk_check_tensor(OP " bind", t, &s, out);
+}
+
+static sk_status tokens_of(const sk_mhc_plan *p, const DLTensor *x, int64_t *t) {
+  void *unused;
+  SK_TRY(check("x", x, BF16_T, 2, -1, p->caps.hidden, 0, &unused));
+  *t = x->shape[0];
+  if (*t < 1 || *t > p->caps.max_tokens)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " bind: x has %lld tokens; the plan takes 1..%lld (max_tokens)",
+                        (long long)*t, (long long)p->caps.max_tokens);
+  return SK_OK;
+}
+
+/* Launch geometry from the kernels' contract: decode uses one-warp partial CTAs and splits the
+ * finalize over the hidden size; prefill uses 6-warp CTAs walking several tokens. */
+static void geometry(const sk_mhc_plan *p, int64_t t, sk_binding *b) {
+  const int64_t h = p->caps.hidden, s = h / TILE_H, sms = p->sm_count > 0 ? p->sm_count : 128;
+  if (t <= 16) {
+    b->dim[2] = 1;
+    b->dim[3] = 1;
+  } else {
+    int64_t tpc = sk_cdiv(t * s, 2 * sms);
+    b->dim[2] = 6;
+    b->dim[3] = tpc < 1 ? 1 : tpc > 64 ? 64 : tpc;
+  }
+  int64_t hpc = h;
+  if (t < 2 * sms / (h / 1024 > 0 ? h / 1024 : 1)) {
+    hpc = h % 1024 == 0 ? 1024 : h % 512 == 0 ? 512 : 256;
+  }
+  b->dim[4] = hpc;
+}
+
+static sk_status bind_pre_outputs(const sk_mhc_plan *p, int64_t t, const DLTensor *hc_scale, const DLTensor *hc_base,
+                                  const DLTensor *norm_weight, const DLTensor *residual_out, const DLTensor *y,
+                                  const DLTensor *post, const DLTensor *comb, void *scratch, size_t scratch_bytes,
+                                  sk_binding *b) {
+  const int64_t h = p->caps.hidden;
+  SK_TRY(check("hc_scale", hc_scale, F32_T, 1, 3, 0, 0, &b->ptr[7]));
+  SK_TRY(check("hc_base", hc_base, F32_T, 1, 24, 0, 0, &b->ptr[8]));
+  if (p->caps.norm_weight == SK_MHC_NORM_NONE) {
+    if (norm_weight)
+      return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " bind: the plan fuses no norm weight; pass NULL");
+  } else {
+    SK_TRY(check("norm_weight", norm_weight, p->caps.norm_weight == SK_MHC_NORM_BF16 ? BF16_T : F32_T, 1, h, 0, 0,
+                 &b->ptr[9]));
+  }
+  SK_TRY(check("residual_out", residual_out, BF16_T, 3, t, 4, h, &b->ptr[5]));
+  SK_TRY(check("y", y, BF16_T, 2, t, h, 0, &b->ptr[10]));
+  SK_TRY(check("post", post, F32_T, 2, t, 4, 0, &b->ptr[11]));
+  SK_TRY(check("comb", comb, F32_T, 3, t, 4, 4, &b->ptr[12]));
+  void *views[8] = {0};
+  SK_TRY(sk_scratch_bind(OP " bind", &p->scratch, scratch, scratch_bytes, views));
+  b->ptr[6] = views[0];
+  return SK_OK;
+}
+
+SK_API sk_status sk_mhc_bind_post(const sk_mhc_plan *p, const DLTensor *x, const DLTensor *residual,
+                                  const DLTensor *post, const DLTensor *comb, const DLTensor *out, sk_binding *binding) {
+  if (!p || !binding) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " bind: plan or binding is NULL");
+  sk_binding b;
+  sk_binding_init(&b, p);
+  int64_t t;
+  SK_TRY(tokens_of(p, x, &t));
+  const int64_t h = p->caps.hidden;
+  b.ptr[0] = (char *)x->data + x->byte_offset;
+  SK_TRY(check("residual", residual, BF16_T, 3, t, 4, h, &b.ptr[1]));
+  SK_TRY(check("post", post, F32_T, 2, t, 4, 0, &b.ptr[2]));
+  SK_TRY(check("comb", comb, F32_T, 3, t, 4, 4, &b.ptr[3]));
+  SK_TRY(check("out", out, BF16_T, 3, t, 4, h, &b.ptr[5]));
+  b.dim[0] = ENTRY_POST;
+  b.dim[1] = t;
+  *binding = b;
+  return SK_OK;
+}
+
+SK_API sk_status sk_mhc_bind_pre(const sk_mhc_plan *p, const DLTensor *x, const DLTensor *fn_pre,
+                                 const DLTensor *hc_scale, const DLTensor *hc_base, const DLTensor *norm_weight,
+                                 const DLTensor *residual_out, const DLTensor *y, const DLTensor *post,
+                                 const DLTensor *comb, void *scratch, size_t scratch_bytes, sk_binding *binding) {
+  if (!p || !binding) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " bind: plan or binding is NULL");
+  sk_binding b;
+  sk_binding_init(&b, p);
+  int64_t t;
+  SK_TRY(tokens_of(p, x, &t));
+  b.ptr[0] = (char *)x->data + x->byte_offset;
+  SK_TRY(check("fn_pre", fn_pre, F32_T, 2, 24, p->caps.hidden, 0, &b.ptr[4]));
+  SK_TRY(bind_pre_outputs(p, t, hc_scale, hc_base, norm_weight, residual_out, y, post, comb, scratch, scratch_bytes, &b));
+  b.dim[0] = ENTRY_PRE;
+  b.dim[1] = t;
+  geometry(p, t, &b);
+  *binding = b;
+  return SK_OK;
+}
+
+SK_API sk_status sk_mhc_bind_post_pre(const sk_mhc_plan *p, const DLTensor *x, const DLTensor *residual,
+                                      const DLTensor *prev_post, const DLTensor *prev_comb, const DLTensor *fn,
+                                      const DLTensor *hc_scale, const DLTensor *hc_base, const DLTensor *norm_weight,
+                                      const DLTensor *residual_out, const DLTensor *y, const DLTensor *post,
+                                      const DLTensor *comb, void *scratch, size_t scratch_bytes, sk_binding *binding) {
+  if (!p || !binding) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " bind: plan or binding is NULL");
+  sk_binding b;
+  sk_binding_init(&b, p);
+  int64_t t;
+  SK_TRY(tokens_of(p, x, &t));
+  const int64_t h = p->caps.hidden;
+  b.ptr[0] = (char *)x->data + x->byte_offset;
+  SK_TRY(check("residual", residual, BF16_T, 3, t, 4, h, &b.ptr[1]));
+  SK_TRY(check("prev_post", prev_post, F32_T, 2, t, 4, 0, &b.ptr[2]));
+  SK_TRY(check("prev_comb", prev_comb, F32_T, 3, t, 4, 4, &b.ptr[3]));
+  SK_TRY(check("fn", fn, F32_T, 2, 24, 4 * h, 0, &b.ptr[4]));
+  SK_TRY(bind_pre_outputs(p, t, hc_scale, hc_base, norm_weight, residual_out, y, post, comb, scratch, scratch_bytes, &b));
+  b.dim[0] = ENTRY_POST_PRE;
+  b.dim[1] = t;
+  geometry(p, t, &b);
+  *binding = b;
+  return SK_OK;
+}
+
+/* ---- run ---------------------------------------------------------------------------------- */
+
+SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *stream) {
+  if (SK_UNLIKELY(!p)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " run: plan is NULL");
+  SK_TRY(sk_binding_check(OP, b, p));
+  void *const *ptr = b->ptr;
+  int t = (int)b->dim[1];
+  const unsigned s = (unsigned)(p->caps.hidden / TILE_H);
+  if (b->dim[0] == ENTRY_POST) {
+    void *args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3], (void *)&ptr[5], &t};
+    return sk_kernel_launch(p->k[K_POST], (sk_dim3){(unsigned)sk_cdiv((int64_t)t * s, 4), 1, 1},
+                            (sk_dim3){POST_THREADS, 1, 1}, 0, stream, args);
+  }
+  int tpc = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters;
+  float rms_eps = p->caps.rms_eps, hc_eps = p->caps.hc_eps, norm_eps = p->caps.norm_eps;
+  const unsigned warps = (unsigned)b->dim[2];
+  const sk_dim3 pgrid = {(unsigned)sk_cdiv(t, tpc), s, 6 / warps}, pblock = {32 * warps, 1, 1};
+  const sk_dim3 fgrid = {(unsigned)t, (unsigned)(p->caps.hidden / hpc), 1}, fblock = {FINALIZE_THREADS, 1, 1};
+  /* The finalize reads the streams: x for pre (4 copies), residual_out for post_pre. */
+  void *fin_args[] = {b->dim[0] == ENTRY_PRE ? (void *)&ptr[0] : (void *)&ptr[5],
+                      (void *)&ptr[6], (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9], (void *)&ptr[10],
+                      (void *)&ptr[11], (void *)&ptr[12], &t, &hpc, &iters, &rms_eps, &hc_eps, &norm_eps};
+  if (b->dim[0] == ENTRY_PRE) {
+    void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc};
+    SK_TRY(sk_kernel_launch(p->k[K_PRE_PARTIAL], pgrid, pblock, 0, stream, args));
+    return sk_kernel_launch(p->k[K_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
+  }
+  void *args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
+                  (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc};
+  SK_TRY(sk_kernel_launch(p->k[K_POST_PRE_PARTIAL], pgrid, pblock, 0, stream, args));
+  return sk_kernel_launch(p->k[K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
+}
+
+/* ---- registry and manifests --------------------------------------------------------------- */
+
+static bool mhc_supported(const char *arch) { return sk_mhc_is_supported(arch); }
+
+static sk_status mhc_requests(const cJSON *j, const char *arch, sk_request_list *out) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, j) {
+    if (!it->string || (strcmp(it->string, "hidden") && strcmp(it->string, "max_tokens") && strcmp(it->string, "norm_weight")))
+      return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", it->string ? it->string : "?");
+  }
+  const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "hidden");
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
+  const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "norm_weight");
+  if (!cJSON_IsNumber(h) || h->valuedouble != (double)(int64_t)h->valuedouble || h->valuedouble < 0 || h->valuedouble > MAX_HIDDEN)
+    return sk_set_error(SK_ERR_MANIFEST, "caps.hidden: expected a whole number in [256, %d]", MAX_HIDDEN);
+  if (t && (!cJSON_IsNumber(t) || !(t->valuedouble >= 1 && t->valuedouble < 2147483648.0)))
+    return sk_set_error(SK_ERR_MANIFEST, "caps.max_tokens: expected a whole number in [1, 2^31)");
+  sk_mhc_caps c = {(int64_t)h->valuedouble, t ? (int64_t)t->valuedouble : 1, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, arch};
+  if (w) {
+    if (!cJSON_IsString(w)) return sk_set_error(SK_ERR_MANIFEST, "caps.norm_weight: expected \"none\", \"bf16\" or \"fp32\"");
+    if (!strcmp(w->valuestring, "bf16")) c.norm_weight = SK_MHC_NORM_BF16;
+    else if (!strcmp(w->valuestring, "fp32")) c.norm_weight = SK_MHC_NORM_FP32;
+    else if (strcmp(w->valuestring, "none")) return sk_set_error(SK_ERR_MANIFEST, "caps.norm_weight: unknown value");
+  }
+  if (check_caps(&c) != SK_OK) return sk_set_error(SK_ERR_MANIFEST, "%s", sk_last_error_message());
+  char names[K_COUNT][128], params[96];
+  kernel_names(&c, names, params);
+  for (int i = 0; i < K_COUNT; i++) {
+    sk_kernel_request r = {OP, SOURCE, names[i], params, arch, NULL, 0, 0};
+    SK_TRY(sk_request_list_add(out, &r));
+  }
+  return SK_OK;
+}
+
+const sk_op_desc sk_op_desc_norm_mhc = {
+    {OP, SK_OP_PLANNED, "fused RMSNorm + hyper-connection residual (DeepSeek-V4 mHC): pre, post, post_pre; BF16",
+     "sm_80+,sm_90a,sm_120a,sm_121a"},
+    mhc_supported,
+    mhc_requests,
+};

@@ -1,0 +1,276 @@
+/* norm.mhc on a GPU against the double-precision reference (tests/ref/mhc.h), stage by stage,
+ * with the tolerances of docs/ops/norm.mhc.md; poisoned outputs; graph replay after a freeze is
+ * bit-identical to eager. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_util.h"
+#include "ref/mhc.h"
+#include "ref/skref.h"
+#include "sparkinfer/norm.h"
+#include "testutil.h"
+
+static char *dir;
+static void setup(void) {
+  dir = tu_tempdir("gpumhc");
+  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  CUDA_OK(cudaSetDevice(0));
+  CUDA_OK(cudaFree(0));
+}
+static void teardown(void) { tu_rmrf(dir); free(dir); }
+
+static DLTensor tensor(void *data, DLDataType dt, int ndim, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCUDA;
+  t.ndim = ndim;
+  t.dtype = dt;
+  t.shape = shape;
+  return t;
+}
+#define BF ((DLDataType){kDLBfloat, 16, 1})
+#define F32 ((DLDataType){kDLFloat, 32, 1})
+
+static void *upload(const void *h, size_t n) {
+  void *d;
+  CUDA_OK(cudaMalloc(&d, n));
+  CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+  return d;
+}
+static void *poisoned(size_t n) {
+  void *d;
+  CUDA_OK(cudaMalloc(&d, n));
+  CUDA_OK(cudaMemset(d, 0xff, n)); /* NaN in bf16 and fp32: an unwritten element never passes */
+  return d;
+}
+static void *download(const void *d, size_t n) {
+  void *h = malloc(n);
+  CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+static void fill_bf16(skref_rng *r, uint16_t *p, size_t n, double sd) {
+  for (size_t i = 0; i < n; i++) p[i] = skref_mhc_double_to_bf16(sd * skref_rng_normal(r));
+}
+static void fill_f32(skref_rng *r, float *p, size_t n, double lo, double hi) {
+  for (size_t i = 0; i < n; i++) p[i] = (float)(lo + (hi - lo) * skref_rng_uniform(r));
+}
+
+static int failures;
+#define MHC_FAIL(...)                                                                            \
+  do {                                                                                           \
+    if (failures++ < 20) { fprintf(stderr, "MISMATCH " __VA_ARGS__); fputc('\n', stderr); }      \
+  } while (0)
+
+/* One configuration, all three entry points. */
+static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64_t seed) {
+  const size_t th = (size_t)t * h, t4h = 4 * th;
+  uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *wb = malloc((size_t)h * 2);
+  float *pp = malloc((size_t)t * 16), *pc = malloc((size_t)t * 64), *fn = malloc((size_t)24 * 4 * h * 4),
+        *fnp = malloc((size_t)24 * h * 4), *wf = malloc((size_t)h * 4), scale[3], base[24];
+  fill_bf16(r, x, th, 1.0);
+  fill_bf16(r, res, t4h, 1.0);
+  fill_f32(r, pp, (size_t)t * 4, 0.1, 1.9);
+  fill_f32(r, pc, (size_t)t * 16, 0.0, 0.5);
+  fill_f32(r, fn, (size_t)24 * 4 * h, -1.0 / sqrt(4.0 * h), 1.0 / sqrt(4.0 * h));
+  fill_f32(r, scale, 3, 0.5, 1.5);
+  fill_f32(r, base, 24, -0.5, 0.5);
+  fill_f32(r, wf, (size_t)h, 0.5, 1.5);
+  fill_bf16(r, wb, (size_t)h, 0.3);
+  for (int i = 0; i < h; i++) wb[i] = skref_mhc_double_to_bf16(1.0 + skref_mhc_bf16_to_double(wb[i]));
+  skref_mhc_sum_fn_streams(h, fn, fnp);
+  const void *wh = nw == SK_MHC_NORM_BF16 ? (const void *)wb : (const void *)wf;
+  skref_mhc_config cfg = {h, 1e-6f, 1e-6f, 20, scale, base,
+                          nw == SK_MHC_NORM_NONE ? SKREF_MHC_NORM_NONE : nw == SK_MHC_NORM_BF16 ? SKREF_MHC_NORM_BF16 : SKREF_MHC_NORM_F32,
+                          wh, 1e-6f};
+
+  sk_mhc_caps caps = {h, t, nw, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
+  sk_mhc_plan *plan;
+  SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
+  sk_scratch_spec spec;
+  SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
+  void *scratch;
+  CUDA_OK(cudaMalloc(&scratch, spec.bytes));
+  void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dpp = upload(pp, (size_t)t * 16),
+       *dpc = upload(pc, (size_t)t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dfnp = upload(fnp, (size_t)24 * h * 4),
+       *dscale = upload(scale, 12), *dbase = upload(base, 96),
+       *dw = nw == SK_MHC_NORM_NONE ? NULL : upload(wh, (size_t)h * (nw == SK_MHC_NORM_BF16 ? 2 : 4));
+  int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h},
+          s_fnp[2] = {24, h}, s_3[1] = {3}, s_24[1] = {24}, s_w[1] = {h};
+  DLTensor tx = tensor(dx, BF, 2, s_x), tres = tensor(dres, BF, 3, s_r), tpp = tensor(dpp, F32, 2, s_p),
+           tpc = tensor(dpc, F32, 3, s_c), tfn = tensor(dfn, F32, 2, s_fn), tfnp = tensor(dfnp, F32, 2, s_fnp),
+           tsc = tensor(dscale, F32, 1, s_3), tba = tensor(dbase, F32, 1, s_24),
+           tw = tensor(dw, nw == SK_MHC_NORM_BF16 ? BF : F32, 1, s_w);
+  const DLTensor *pw = nw == SK_MHC_NORM_NONE ? NULL : &tw;
+  double *ref4 = malloc(t4h * 8), *mag4 = malloc(t4h * 8), *rpost = malloc((size_t)t * 32),
+         *rcomb = malloc((size_t)t * 128), *ry = malloc(th * 8), *ymag = malloc(th * 8);
+  skref_mhc_coeffs *co = malloc((size_t)t * sizeof *co);
+
+  /* post */
+  {
+    void *dout = poisoned(t4h * 2);
+    DLTensor to = tensor(dout, BF, 3, s_r);
+    sk_binding b;
+    SK_OK_OR_FAIL(sk_mhc_bind_post(plan, &tx, &tres, &tpp, &tpc, &to, &b));
+    SK_OK_OR_FAIL(sk_mhc_run(plan, &b, NULL));
+    CUDA_OK(cudaDeviceSynchronize());
+    uint16_t *out = download(dout, t4h * 2);
+    skref_mhc_post(t, h, x, res, pp, pc, ref4);
+    skref_mhc_post_magnitude(t, h, x, res, pp, pc, mag4);
+    for (size_t i = 0; i < t4h; i++)
+      if (!skref_mhc_bf16_close(out[i], ref4[i], mag4[i], 1, ldexp(1, -21))) {
+        MHC_FAIL("seed %llu post H=%d T=%d: out[%zu] = %g, ref %.9g", (unsigned long long)seed, h, t, i,
+                 skref_mhc_bf16_to_double(out[i]), ref4[i]);
+        break;
+      }
+    free(out);
+    CUDA_OK(cudaFree(dout));
+  }
+  /* pre and post_pre */
+  for (int entry = 0; entry < 2; entry++) {
+    void *dro = poisoned(t4h * 2), *dy = poisoned(th * 2), *dpo = poisoned((size_t)t * 16), *dco = poisoned((size_t)t * 64);
+    DLTensor tro = tensor(dro, BF, 3, s_r), ty = tensor(dy, BF, 2, s_x), tpo = tensor(dpo, F32, 2, s_p),
+             tco = tensor(dco, F32, 3, s_c);
+    sk_binding b;
+    if (entry == 0)
+      SK_OK_OR_FAIL(sk_mhc_bind_pre(plan, &tx, &tfnp, &tsc, &tba, pw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
+    else
+      SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, pw, &tro, &ty, &tpo, &tco,
+                                         scratch, spec.bytes, &b));
+    SK_OK_OR_FAIL(sk_mhc_run(plan, &b, NULL));
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    uint16_t *ro = download(dro, t4h * 2), *y = download(dy, th * 2);
+    float *po = download(dpo, (size_t)t * 16), *cm = download(dco, (size_t)t * 64);
+    const char *name = entry == 0 ? "pre" : "post_pre";
+    if (entry == 0) {
+      for (size_t i = 0; i < th; i++)
+        for (int s = 0; s < 4; s++)
+          if (ro[(i / h) * 4 * h + (size_t)s * h + i % h] != x[i]) {
+            MHC_FAIL("seed %llu pre H=%d T=%d: residual_out is not 4 copies of x at %zu", (unsigned long long)seed, h, t, i);
+            i = th;
+            break;
+          }
+      /* Stage by stage: the reference pre on the streams the GPU used (4 copies of x). */
+    } else {
+      skref_mhc_post(t, h, x, res, pp, pc, ref4);
+      skref_mhc_post_magnitude(t, h, x, res, pp, pc, mag4);
+      for (size_t i = 0; i < t4h; i++)
+        if (!skref_mhc_bf16_close(ro[i], ref4[i], mag4[i], 1, ldexp(1, -21))) {
+          MHC_FAIL("seed %llu post_pre H=%d T=%d: residual_out[%zu] = %g, ref %.9g", (unsigned long long)seed, h, t, i,
+                   skref_mhc_bf16_to_double(ro[i]), ref4[i]);
+          break;
+        }
+    }
+    /* The pre half on the GPU's own bf16 streams (docs/ops/norm.mhc.md, Tolerances). */
+    if (entry == 0) skref_mhc_pre(&cfg, t, x, fnp, NULL, rpost, rcomb, ry, co); /* run_pre projects with fn_pre */
+    else skref_mhc_pre_streams(&cfg, t, ro, fn, rpost, rcomb, ry, co);
+    skref_mhc_y_magnitude(&cfg, t, ro, co, ymag);
+    for (int i = 0; i < t * 4; i++)
+      if (!skref_mhc_f32_close(po[i], rpost[i])) {
+        MHC_FAIL("seed %llu %s H=%d T=%d nw=%d: post[%d] = %.9g, ref %.9g", (unsigned long long)seed, name, h, t, nw, i,
+                 po[i], rpost[i]);
+        break;
+      }
+    for (int i = 0; i < t * 16; i++)
+      if (!skref_mhc_f32_close(cm[i], rcomb[i])) {
+        MHC_FAIL("seed %llu %s H=%d T=%d nw=%d: comb[%d] = %.9g, ref %.9g", (unsigned long long)seed, name, h, t, nw, i,
+                 cm[i], rcomb[i]);
+        break;
+      }
+    for (size_t i = 0; i < th; i++)
+      if (!skref_mhc_bf16_close(y[i], ry[i], ymag[i], nw == SK_MHC_NORM_NONE ? 1 : 3, 4e-6)) {
+        MHC_FAIL("seed %llu %s H=%d T=%d nw=%d: y[%zu] = %g, ref %.9g", (unsigned long long)seed, name, h, t, nw, i,
+                 skref_mhc_bf16_to_double(y[i]), ry[i]);
+        break;
+      }
+    free(ro); free(y); free(po); free(cm);
+    CUDA_OK(cudaFree(dro)); CUDA_OK(cudaFree(dy)); CUDA_OK(cudaFree(dpo)); CUDA_OK(cudaFree(dco));
+  }
+  sk_mhc_plan_destroy(plan);
+  void *bufs[] = {scratch, dx, dres, dpp, dpc, dfn, dfnp, dscale, dbase, dw};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) CUDA_OK(cudaFree(bufs[i]));
+  free(x); free(res); free(wb); free(pp); free(pc); free(fn); free(fnp); free(wf);
+  free(ref4); free(mag4); free(rpost); free(rcomb); free(ry); free(ymag); free(co);
+}
+
+Test(gpu_mhc, matches_reference_over_hidden_tokens_and_weights, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mhc");
+  skref_rng r;
+  skref_rng_seed(&r, seed);
+  const int hs[] = {256, 2048, 4096, 7168}, ts[] = {1, 3, 17, 130};
+  int n = 0;
+  for (size_t a = 0; a < 4; a++)
+    for (size_t b = 0; b < 4; b++, n++) run_config(hs[a], ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = teardown) {
+  uint64_t seed = skref_test_seed("gpu mhc graph");
+  skref_rng r;
+  skref_rng_seed(&r, seed);
+  const int h = 4096, t = 5;
+  sk_mhc_caps caps = {h, 64, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
+  sk_mhc_plan *plan;
+  SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
+  SK_OK_OR_FAIL(sk_freeze_kernel_resolution("mhc graph test"));
+  sk_mhc_caps cold = caps;
+  cold.hidden = 3072;
+  sk_mhc_plan *cp;
+  cr_assert_eq(sk_mhc_plan_create(&cold, &cp), SK_ERR_KERNEL_RESOLUTION_FROZEN);
+  const size_t th = (size_t)t * h, t4h = 4 * th;
+  uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
+  float *pp = malloc(t * 16), *pc = malloc(t * 64), *fn = malloc((size_t)96 * h * 4), sc[3] = {1, 1, 1}, ba[24];
+  fill_bf16(&r, x, th, 1);
+  fill_bf16(&r, res, t4h, 1);
+  fill_bf16(&r, w, (size_t)h, 1);
+  fill_f32(&r, pp, (size_t)t * 4, 0.1, 1.9);
+  fill_f32(&r, pc, (size_t)t * 16, 0, 0.5);
+  fill_f32(&r, fn, (size_t)96 * h, -0.01, 0.01);
+  fill_f32(&r, ba, 24, -0.5, 0.5);
+  void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dw = upload(w, (size_t)h * 2), *dpp = upload(pp, t * 16),
+       *dpc = upload(pc, t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dsc = upload(sc, 12), *dba = upload(ba, 96);
+  const size_t out_bytes = t4h * 2 + th * 2 + t * 16 + t * 64;
+  void *dout = poisoned(out_bytes), *scratch;
+  sk_scratch_spec spec;
+  SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
+  CUDA_OK(cudaMalloc(&scratch, spec.bytes));
+  int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h}, s_3[1] = {3},
+          s_24[1] = {24}, s_w[1] = {h};
+  char *o = dout;
+  DLTensor tx = tensor(dx, BF, 2, s_x), tres = tensor(dres, BF, 3, s_r), tpp = tensor(dpp, F32, 2, s_p),
+           tpc = tensor(dpc, F32, 3, s_c), tfn = tensor(dfn, F32, 2, s_fn), tsc = tensor(dsc, F32, 1, s_3),
+           tba = tensor(dba, F32, 1, s_24), tw = tensor(dw, BF, 1, s_w), tro = tensor(o, BF, 3, s_r),
+           ty = tensor(o + t4h * 2, BF, 2, s_x), tpo = tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
+           tco = tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
+  sk_binding b;
+  SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
+                                     spec.bytes, &b));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  uint8_t *eager = download(dout, out_bytes);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 3; rep++) {
+    CUDA_OK(cudaMemsetAsync(dout, 0xff, out_bytes, s));
+    CUDA_OK(cudaGraphLaunch(ge, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    uint8_t *rp = download(dout, out_bytes);
+    cr_assert_eq(memcmp(rp, eager, out_bytes), 0, "seed %llu: replay %d differs from eager", (unsigned long long)seed, rep);
+    free(rp);
+  }
+  CUDA_OK(cudaGraphExecDestroy(ge));
+  CUDA_OK(cudaGraphDestroy(g));
+  CUDA_OK(cudaStreamDestroy(s));
+  free(eager); free(x); free(res); free(w); free(pp); free(pc); free(fn);
+  sk_mhc_plan_destroy(plan);
+}
