@@ -80,20 +80,25 @@ int sk_scratch_add(sk_scratch_layout *l, size_t bytes) {
   return l->count++;
 }
 
+/* Callers allocate with cudaMalloc, which guarantees 256-byte alignment: the spec asks for that
+ * and adds the slack bind needs to start the views on a 1024-byte boundary. */
 sk_scratch_spec sk_scratch_spec_of(const sk_scratch_layout *l) {
-  sk_scratch_spec s = {l->total, SK_SCRATCH_ALIGN};
+  sk_scratch_spec s = {l->total ? l->total + SK_SCRATCH_ALIGN - SK_SCRATCH_BASE_ALIGN : 0, SK_SCRATCH_BASE_ALIGN};
   return s;
 }
 
 sk_status sk_scratch_bind(const char *op, const sk_scratch_layout *l, void *scratch, size_t bytes, void **views) {
   if (l->total == 0) return SK_OK;
   if (!scratch) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: scratch is NULL; the plan needs %zu bytes", op, l->total);
-  if ((uintptr_t)scratch % SK_SCRATCH_ALIGN)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: scratch %p must be %u-byte aligned", op, scratch, SK_SCRATCH_ALIGN);
-  if (bytes < l->total)
+  if ((uintptr_t)scratch % SK_SCRATCH_BASE_ALIGN)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: scratch %p must be %u-byte aligned", op, scratch,
+                        SK_SCRATCH_BASE_ALIGN);
+  const size_t skip = (size_t)(-(uintptr_t)scratch & (SK_SCRATCH_ALIGN - 1));
+  const size_t needed = sk_scratch_spec_of(l).bytes;
+  if (bytes < needed || bytes - skip < l->total)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: scratch has %zu bytes, the plan needs %zu (see scratch_spec)", op,
-                        bytes, l->total);
-  for (int i = 0; i < l->count; i++) views[i] = (char *)scratch + l->offset[i];
+                        bytes, needed);
+  for (int i = 0; i < l->count; i++) views[i] = (char *)scratch + skip + l->offset[i];
   return SK_OK;
 }
 

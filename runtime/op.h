@@ -9,7 +9,8 @@
 #include "sparkinfer/op.h"
 
 #define SK_BINDING_MAGIC 0x534b4244u /* "SKBD" */
-#define SK_SCRATCH_ALIGN 1024u
+#define SK_SCRATCH_ALIGN 1024u     /* every scratch view starts on this boundary */
+#define SK_SCRATCH_BASE_ALIGN 256u /* what the caller's allocation must have (cudaMalloc gives it) */
 
 /* What a bound tensor must look like. shape[i] < 0 accepts any extent (the actual one is
  * returned through the tensor itself). Contiguous row-major is always required. */

@@ -27,10 +27,12 @@
 extern "C" {
 #endif
 
-/** Device scratch a plan needs: the caller allocates at least `bytes` with `alignment`. */
+/** Device scratch a plan needs: the caller allocates at least `bytes` with `alignment` (256, which
+ *  cudaMalloc/cuMemAlloc guarantee). Bind lays the op's regions out from the first 1024-byte
+ *  boundary inside it (the slack is included in `bytes`). */
 typedef struct sk_scratch_spec {
   size_t bytes;      /**< 0 when the op needs no scratch */
-  size_t alignment;  /**< power of two; sparkinfer uses 1024 */
+  size_t alignment;  /**< 256 */
 } sk_scratch_spec;
 
 /** The result of bind: device pointers and sizes an op's run needs, in an op-private order.

@@ -80,7 +80,7 @@ SK_API sk_status sk_quant_scratch_spec(const sk_quant_plan *plan, sk_scratch_spe
  *                         else NULL; 4-byte aligned
  *  @param scales_rows     uint8 [M, K/16] when the layout includes it, else NULL
  *  @param global_scale    fp32 [1]: input (GIVEN) or output (COMPUTED)
- *  @param scratch         device memory of scratch_spec bytes, 1024-byte aligned (NULL if 0)
+ *  @param scratch         device memory of scratch_spec bytes, 256-byte aligned (NULL if 0)
  *  @param out             receives the binding (a plain value) */
 SK_API sk_status sk_nvfp4_bind(const sk_quant_plan *plan, const DLTensor *x, const DLTensor *values,
                                const DLTensor *scales_swizzled, const DLTensor *scales_rows,
