@@ -11,7 +11,7 @@ echo "== gpu tests"
 sh tests/run-suites.sh build/tests/gpu/test_* 2>&1 | tee "$OUT/gpu-test.log"
 echo "== benches"
 mkdir -p "$OUT/bench"
-SK_BENCH_DIR="$OUT/bench" sh bench/run-benches.sh build/bench/* 2>&1 | tee "$OUT/bench.log"
+SK_BENCH_DIR="$OUT/bench" sh bench/run-benches.sh ${SK_BENCHES:-build/bench/*} 2>&1 | tee "$OUT/bench.log"
 if [ "${SK_PEERS:-1}" = 1 ]; then
   echo "== peers (PyTorch torch.compile)"
   SK_BENCH_JSON="$OUT/bench/peer_quant_torch.json" PYTHONUNBUFFERED=1 timeout 240 python3 bench/peer_quant_torch.py 2>&1 | grep -v Warning | tee "$OUT/peer.log"
