@@ -78,7 +78,11 @@ sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch
       return sk_set_error(SK_ERR_INVALID_ARGUMENT, "kernel request for %s: set the arch through req->arch, not option %s",
                           req->name_expr, req->options[i]);
   }
-  const sk_embedded_source *src = sk_find_embedded_source(req->source);
+  /* One-entry memo per thread: a hot loop resolves the same few sources again and again. */
+  static _Thread_local const sk_embedded_source *last_src;
+  const sk_embedded_source *src =
+      last_src && !strcmp(last_src->path, req->source) ? last_src : sk_find_embedded_source(req->source);
+  if (src) last_src = src;
   if (src_out) *src_out = src;
   if (!src)
     return sk_set_error(SK_ERR_NOT_FOUND, "kernel source \"%s\" is not embedded in this build (see sk_list_kernel_sources)",
