@@ -1,0 +1,107 @@
+/*
+ * sparkinfer/gemm.h - block-scaled GEMMs: gemm.blockscaled (mm, pack_weight, prewarm) and the
+ * linear-layer entry points gemm.mxfp8_linear and gemm.tensor_fp8_linear (aliases of mm with a
+ * fixed recipe, as upstream keeps them).
+ *
+ *   C[m, n] = out_cast(alpha * sum_k deq(A)[m, k] * deq(B)[n, k])     A [M,K], B [N,K], K-major
+ *
+ * Recipes (formats and scale layouts: docs/ops/gemm.md):
+ *   NVFP4       E2M1 codes (2 per byte, low nibble first), UE4M3 scale per 16, 128x4 swizzled;
+ *               alpha = 1/(gsA*gsB)
+ *   MXFP4       E2M1 codes, UE8M0 scale per 32, swizzled
+ *   MXFP8       E4M3 codes, UE8M0 scale per 32, swizzled
+ *   BLOCK_FP8   E4M3 codes; fp32 scales: A [M, K/128] (1x128), B [ceil(N/128), K/128] (128x128)
+ *   TENSOR_FP8  E4M3 codes, no block scales; alpha = scale_a * scale_b
+ * Codes and scale bytes are DLPack uint8 tensors; fp32 scales are float32 tensors. K % 128 == 0
+ * (pack_weight pads weights; quantize activations with the padded K).
+ *
+ * Kernels: M <= 16 uses a weight-streaming decode kernel (each weight byte read once, optional
+ * deterministic split-K through a caller workspace); larger M a tiled mma.sync kernel. Both are
+ * resolved through the JIT on first use of a (recipe, output type, tile) configuration: call
+ * sk_gemm_prewarm before sk_freeze_kernel_resolution. Results are bitwise reproducible for the
+ * same inputs and workspace setting.
+ *
+ * Thread safety: all functions may be called concurrently; a workspace must not be shared by two
+ * launches that can run at the same time.
+ */
+#ifndef SPARKINFER_GEMM_H
+#define SPARKINFER_GEMM_H
+
+#include "op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sk_gemm_recipe {
+  SK_GEMM_NVFP4 = 0,
+  SK_GEMM_MXFP4 = 1,
+  SK_GEMM_MXFP8 = 2,
+  SK_GEMM_BLOCK_FP8 = 3,
+  SK_GEMM_TENSOR_FP8 = 4,
+} sk_gemm_recipe;
+
+/** Whether gemm.blockscaled runs `recipe` on `arch` (sm_89+; needs no GPU). 1 or 0. */
+SK_API int sk_gemm_is_supported(sk_gemm_recipe recipe, const char *arch);
+
+/** Bytes of the optional decode workspace for M x N x K (0 when split-K would not help). The
+ *  caller allocates it (256-byte aligned), zeroes it ONCE (cudaMemset 0), and may then reuse it
+ *  for any later call with the same or smaller M*N: every launch leaves its counters at zero. */
+SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k);
+
+/** C = alpha * A x B^T.
+ *  @param a_codes   uint8 [M, K/2] (FP4) or [M, K] (FP8)
+ *  @param a_scales  swizzled uint8 [sk_swizzled_scale_bytes(M, K/vec)] (NVFP4/MX*), float32
+ *                   [M, K/128] (BLOCK_FP8), NULL (TENSOR_FP8)
+ *  @param b_codes   uint8 [N, K/2] or [N, K]
+ *  @param b_scales  as a_scales with N rows; BLOCK_FP8: float32 [ceil(N/128), K/128]
+ *  @param alpha     float32 [1] on the device, or NULL for 1.0
+ *  @param c         bfloat16, float16 or float32 [M, N] (rows may be padded: strides {ldc, 1})
+ *  @param workspace NULL, or sk_gemm_workspace_bytes of zero-initialised device memory
+ *  @param stream    CUstream / cudaStream_t (NULL = legacy default stream)
+ *  Resolves the kernel configuration on first use (compiles if needed): after a freeze, only
+ *  configurations warmed before it run. Errors: SK_ERR_INVALID_ARGUMENT (shapes, dtypes,
+ *  alignment: codes 16-byte, scales 4-byte aligned), SK_ERR_UNSUPPORTED, resolution errors. */
+SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
+                            const DLTensor *b_codes, const DLTensor *b_scales, const DLTensor *alpha,
+                            const DLTensor *c, void *workspace, size_t workspace_bytes, void *stream);
+
+/** Resolve (compile or load) every kernel configuration mm uses for the listed M values with
+ *  this recipe, output dtype (SK_DTYPE_BF16/FP16/FP32), N and K. arch NULL = current device.
+ *  Call before sk_freeze_kernel_resolution. */
+SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
+                                 int64_t k, const char *arch);
+
+/** Host-side, once per weight: pad K up to a multiple of 128 (zero codes; scale columns 1.0:
+ *  0x38 for UE4M3, 127 for UE8M0, 1.0f for fp32) and lay scales out as the kernels read them.
+ *  Inputs: codes [n, k] (FP4: k/2 bytes per row), scales in the recipe's layout for k
+ *  (swizzled computed with k; BLOCK_FP8 fp32 [ceil(n/128), k/128]; NULL for TENSOR_FP8).
+ *  Outputs (caller-allocated host memory): packed codes [n, kp], packed scales for kp, with
+ *  kp = sk_gemm_padded_k(k). Then upload them once. */
+SK_API int64_t sk_gemm_padded_k(int64_t k);
+SK_API sk_status sk_gemm_pack_weight(sk_gemm_recipe recipe, int64_t n, int64_t k, const void *codes,
+                                     const void *scales, void *packed_codes, void *packed_scales);
+/** Bytes of pack_weight's outputs. */
+SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe recipe, int64_t n, int64_t k, size_t *codes_bytes,
+                                      size_t *scales_bytes);
+
+/** gemm.mxfp8_linear: out = (MXFP8-quantized x) x W^T with a packed MXFP8 weight. x bfloat16
+ *  [M, K]; w_codes uint8 [N, K]; w_scales swizzled uint8; alpha as mm (NULL = 1); out bfloat16
+ *  [M, N]. The activations are quantized into `workspace` (sk_gemm_mxfp8_linear_workspace_bytes,
+ *  zeroed once) by the quantization.mxfp8 kernel, then mm runs. */
+SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k);
+SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
+                                      const DLTensor *alpha, const DLTensor *out, void *workspace,
+                                      size_t workspace_bytes, void *stream);
+
+/** gemm.tensor_fp8_linear: E4M3 activations (quantized with the static input scale) x E4M3
+ *  weight, alpha = input_scale * weight_scale (device fp32 [1]); out bfloat16/float16 [M, N].
+ *  Same as sk_gemm_mm with SK_GEMM_TENSOR_FP8 and no scales. */
+SK_API sk_status sk_gemm_tensor_fp8_linear(const DLTensor *x_codes, const DLTensor *w_codes, const DLTensor *alpha,
+                                           const DLTensor *out, void *workspace, size_t workspace_bytes,
+                                           void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPARKINFER_GEMM_H */

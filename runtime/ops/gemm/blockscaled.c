@@ -1,0 +1,412 @@
+/* runtime/ops/gemm/blockscaled.c - gemm.blockscaled (mm, prewarm, pack_weight) and the linear
+ * aliases. Kernels and launch contracts: kernel_src/gemm/gemv_decode.cuh (M <= 16) and
+ * kernel_src/gemm/mma_tiled.cuh (M > 16). */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../embedded.h"
+#include "../../op.h"
+#include "sparkinfer/gemm.h"
+#include "sparkinfer/quantization.h"
+
+#define OP "gemm.blockscaled"
+#define DECODE_SOURCE "gemm/gemv_decode.cuh"
+#define TILED_SOURCE "gemm/mma_tiled.cuh"
+#define DECODE_MAX_M 16
+#define DECODE_WARPS 4
+#define DECODE_ROW_TILES 2
+#define DECODE_ROWS_PER_BLOCK (16 * DECODE_ROW_TILES)
+#define WS_ALIGN 256
+#define MXFP8_QUANT_SOURCE "quantization/mxfp8.cuh"
+#define MXFP8_QUANT_NAME "sk::quant::mxfp8_rows<__nv_bfloat16, 1, 1>"
+
+static const char *const recipe_names[] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
+static const char *const out_names[] = {"bf16", "fp16", "fp32"};
+
+static bool recipe_valid(sk_gemm_recipe r) { return r >= SK_GEMM_NVFP4 && r <= SK_GEMM_TENSOR_FP8; }
+static bool recipe_fp4(sk_gemm_recipe r) { return r == SK_GEMM_NVFP4 || r == SK_GEMM_MXFP4; }
+static int64_t scale_vec(sk_gemm_recipe r) { return r == SK_GEMM_NVFP4 ? 16 : r <= SK_GEMM_MXFP8 ? 32 : 128; }
+static int64_t step_k(sk_gemm_recipe r) { return recipe_fp4(r) ? 128 : 64; }
+
+SK_API int sk_gemm_is_supported(sk_gemm_recipe recipe, const char *arch) {
+  return recipe_valid(recipe) && sk_arch_valid(arch) && sk_arch_number(arch) >= 89;
+}
+
+SK_API int64_t sk_gemm_padded_k(int64_t k) { return k <= 0 ? 0 : sk_cdiv(k, 128) * 128; }
+
+/* ---- configuration --------------------------------------------------------------------------- */
+
+static _Atomic int cached_sms;
+static int sm_count(void) {
+  int s = atomic_load_explicit(&cached_sms, memory_order_relaxed);
+  if (s > 0) return s;
+  if (sk_device_sm_count(&s) != SK_OK || s <= 0) return 128;
+  atomic_store(&cached_sms, s);
+  return s;
+}
+
+static int64_t decode_k_splits(sk_gemm_recipe r, int64_t n, int64_t k) {
+  const int64_t blocks = sk_cdiv(n, DECODE_ROWS_PER_BLOCK), sms = sm_count(), steps = k / step_k(r);
+  if (blocks >= 2 * sms) return 1;
+  int64_t s = sk_cdiv(2 * sms, blocks);
+  if (s > 8) s = 8;
+  if (s > steps / 4) s = steps / 4;
+  return s < 1 ? 1 : s;
+}
+
+SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k) {
+  if (!recipe_valid(recipe) || m < 1 || n < 1 || k < 128 || m > DECODE_MAX_M) return 0;
+  const int64_t splits = decode_k_splits(recipe, n, k);
+  if (splits <= 1) return 0;
+  const size_t partials = (size_t)(splits * m * n) * sizeof(float);
+  return (partials + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (size_t)sk_cdiv(n, DECODE_ROWS_PER_BLOCK) * 4;
+}
+
+/* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"). */
+typedef struct tile_cfg { int bm, bn, bk, wm, wn, stages; } tile_cfg;
+static tile_cfg tiled_config(int64_t m, int64_t n) {
+  tile_cfg t = {m <= 128 ? 64 : 128, 128, 128, 2, 4, 3};
+  (void)n;
+  return t;
+}
+static unsigned tiled_smem_bytes(sk_gemm_recipe r, tile_cfg t) {
+  /* codes of A and B tiles per stage (+ their scale bytes), as the kernel lays them out. */
+  const unsigned code_bytes = (unsigned)((t.bm + t.bn) * (recipe_fp4(r) ? t.bk / 2 : t.bk));
+  const unsigned scale_bytes = (unsigned)((t.bm + t.bn) * 16);
+  return (unsigned)t.stages * (code_bytes + scale_bytes);
+}
+
+static void kernel_name(sk_gemm_recipe r, int out, int64_t m, int64_t n, char *name, size_t size, char *params,
+                        size_t psize) {
+  if (m <= DECODE_MAX_M) {
+    snprintf(name, size, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d>", (int)r, out, m <= 8 ? 1 : 2, DECODE_WARPS,
+             DECODE_ROW_TILES);
+    snprintf(params, psize, "recipe=%s out=%s decode tokens<=%d", recipe_names[r], out_names[out], m <= 8 ? 8 : 16);
+  } else {
+    tile_cfg t = tiled_config(m, n);
+    snprintf(name, size, "sk::gemm::mma_tiled<%d, %d, %d, %d, %d, %d, %d, %d>", (int)r, out, t.bm, t.bn, t.bk, t.wm,
+             t.wn, t.stages);
+    snprintf(params, psize, "recipe=%s out=%s tile=%dx%dx%d stages=%d", recipe_names[r], out_names[out], t.bm, t.bn,
+             t.bk, t.stages);
+  }
+}
+
+static sk_status resolve(sk_gemm_recipe r, int out, int64_t m, int64_t n, const char *arch, sk_kernel **k) {
+  char name[160], params[128];
+  kernel_name(r, out, m, n, name, sizeof name, params, sizeof params);
+  const char *source = m <= DECODE_MAX_M ? DECODE_SOURCE : TILED_SOURCE;
+  if (m > DECODE_MAX_M && !sk_find_embedded_source(TILED_SOURCE))
+    return sk_set_error(SK_ERR_UNSUPPORTED, OP ": M = %lld > %d needs the tiled prefill kernel, which this build lacks",
+                        (long long)m, DECODE_MAX_M);
+  if (!arch) {
+    sk_kernel_request req = {OP, source, name, params, NULL, NULL, 0, 0};
+    return sk_kernel_resolve(&req, k);
+  }
+  return sk_op_resolve(OP, source, name, params, arch, k);
+}
+
+/* ---- validation ------------------------------------------------------------------------------ */
+
+static sk_status check_operand(sk_gemm_recipe r, const char *side, const DLTensor *codes, const DLTensor *scales,
+                               int64_t k, bool is_b, int64_t *rows, void **pc, void **ps) {
+  char name[32];
+  snprintf(name, sizeof name, "%s_codes", side);
+  sk_tensor_spec cs = {name, SK_DL_U8, 2, {-1, recipe_fp4(r) ? k / 2 : k}, 16};
+  SK_TRY(sk_check_tensor(OP, codes, &cs, pc));
+  *rows = codes->shape[0];
+  if (*rows < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": %s has no rows", name);
+  snprintf(name, sizeof name, "%s_scales", side);
+  *ps = NULL;
+  if (r == SK_GEMM_TENSOR_FP8) {
+    if (scales) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": tensor_fp8 takes no %s (alpha carries the scales)", name);
+    return SK_OK;
+  }
+  if (r == SK_GEMM_BLOCK_FP8) {
+    sk_tensor_spec ss = {name, SK_DL_FP32, 2, {is_b ? sk_cdiv(*rows, 128) : *rows, k / 128}, 4};
+    return sk_check_tensor(OP, scales, &ss, ps);
+  }
+  sk_tensor_spec ss = {name, SK_DL_U8, 1, {(int64_t)sk_swizzled_scale_bytes(*rows, k / scale_vec(r))}, 4};
+  return sk_check_tensor(OP, scales, &ss, ps);
+}
+
+static sk_status out_type(const DLTensor *c, int *out) {
+  if (!c) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": c is NULL");
+  if (c->dtype.code == kDLBfloat && c->dtype.bits == 16) *out = 0;
+  else if (c->dtype.code == kDLFloat && c->dtype.bits == 16) *out = 1;
+  else if (c->dtype.code == kDLFloat && c->dtype.bits == 32) *out = 2;
+  else return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": c must be bfloat16, float16 or float32");
+  return SK_OK;
+}
+
+typedef struct mm_args {
+  void *ac, *as, *bc, *bs, *alpha, *c;
+  int64_t m, n, k;
+  int out;
+} mm_args;
+
+static sk_status validate(sk_gemm_recipe r, const DLTensor *a_codes, const DLTensor *a_scales, const DLTensor *b_codes,
+                          const DLTensor *b_scales, const DLTensor *alpha, const DLTensor *c, mm_args *x) {
+  if (!recipe_valid(r)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": unknown recipe %d", (int)r);
+  if (!a_codes || !b_codes) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": a_codes and b_codes are required");
+  if (a_codes->ndim != 2 || !a_codes->shape)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": a_codes must be 2-D [M, K%s]", recipe_fp4(r) ? "/2" : "");
+  const int64_t k = a_codes->shape[1] * (recipe_fp4(r) ? 2 : 1);
+  if (k < 128 || k % 128)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": K = %lld must be a positive multiple of 128 (pad weights with "
+                        "sk_gemm_pack_weight)", (long long)k);
+  if (k > ((int64_t)1 << 30)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": K = %lld is too large", (long long)k);
+  SK_TRY(check_operand(r, "a", a_codes, a_scales, k, false, &x->m, &x->ac, &x->as));
+  SK_TRY(check_operand(r, "b", b_codes, b_scales, k, true, &x->n, &x->bc, &x->bs));
+  if (x->m > INT32_MAX || x->n > INT32_MAX || x->m * x->n > ((int64_t)1 << 40))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": M x N = %lld x %lld is too large", (long long)x->m, (long long)x->n);
+  x->k = k;
+  x->alpha = NULL;
+  if (alpha) {
+    sk_tensor_spec as = {"alpha", SK_DL_FP32, 1, {1}, 4};
+    SK_TRY(sk_check_tensor(OP, alpha, &as, &x->alpha));
+  }
+  SK_TRY(out_type(c, &x->out));
+  sk_tensor_spec cs = {"c", c->dtype, 2, {x->m, x->n}, x->out == 2 ? 4 : 2};
+  return sk_check_tensor(OP, c, &cs, &x->c);
+}
+
+/* ---- launch ---------------------------------------------------------------------------------- */
+
+static sk_status launch(sk_gemm_recipe r, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
+  sk_kernel *kern;
+  SK_TRY(resolve(r, x->out, x->m, x->n, NULL, &kern));
+  const void *ac = x->ac, *as = x->as, *bc = x->bc, *bs = x->bs, *alpha = x->alpha;
+  void *c = x->c;
+  int m = (int)x->m, n = (int)x->n, k = (int)x->k, ldc = (int)x->n;
+  if (x->m <= DECODE_MAX_M) {
+    int splits = (int)decode_k_splits(r, x->n, x->k);
+    void *partials = NULL, *counters = NULL;
+    if (splits > 1) {
+      const size_t need = sk_gemm_workspace_bytes(r, x->m, x->n, x->k);
+      if (!workspace || ws_bytes < need || (uintptr_t)workspace % WS_ALIGN) {
+        splits = 1; /* no (usable) workspace: one pass over K, still every weight byte once */
+      } else {
+        partials = workspace;
+        counters = (char *)workspace + (need - (size_t)sk_cdiv(x->n, DECODE_ROWS_PER_BLOCK) * 4);
+      }
+    }
+    void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc, &splits,
+                    &partials, &counters};
+    return sk_kernel_launch(kern, (sk_dim3){(unsigned)sk_cdiv(x->n, DECODE_ROWS_PER_BLOCK), (unsigned)splits, 1},
+                            (sk_dim3){32 * DECODE_WARPS, 1, 1}, 0, stream, args);
+  }
+  tile_cfg t = tiled_config(x->m, x->n);
+  const unsigned smem = tiled_smem_bytes(r, t);
+  if (smem > 48 * 1024) SK_TRY(sk_kernel_set_max_dynamic_shared(kern, smem));
+  void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc};
+  return sk_kernel_launch(kern, (sk_dim3){(unsigned)sk_cdiv(x->n, t.bn), (unsigned)sk_cdiv(x->m, t.bm), 1},
+                          (sk_dim3){32u * (unsigned)(t.wm * t.wn), 1, 1}, smem, stream, args);
+}
+
+SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
+                            const DLTensor *b_codes, const DLTensor *b_scales, const DLTensor *alpha,
+                            const DLTensor *c, void *workspace, size_t workspace_bytes, void *stream) {
+  mm_args x;
+  SK_TRY(validate(recipe, a_codes, a_scales, b_codes, b_scales, alpha, c, &x));
+  return launch(recipe, &x, workspace, workspace_bytes, stream);
+}
+
+SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
+                                 int64_t k, const char *arch) {
+  if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: unknown recipe");
+  if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad out dtype");
+  if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: no M values");
+  if (n < 1 || k < 128 || k % 128) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad N or K");
+  for (size_t i = 0; i < num_ms; i++) {
+    if (ms[i] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: M values must be >= 1");
+    sk_kernel *kern;
+    SK_TRY(resolve(recipe, (int)out, ms[i], n, arch, &kern));
+  }
+  return SK_OK;
+}
+
+/* ---- pack_weight ----------------------------------------------------------------------------- */
+
+SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe r, int64_t n, int64_t k, size_t *codes_bytes, size_t *scales_bytes) {
+  if (!recipe_valid(r) || n < 1 || k < 1 || (recipe_fp4(r) && k % 2) || k % (r == SK_GEMM_NVFP4 ? 16 : r <= SK_GEMM_MXFP8 ? 32 : 1) ||
+      !codes_bytes || !scales_bytes || n > ((int64_t)1 << 31) || k > ((int64_t)1 << 30))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " pack_weight: bad recipe, n, k or output pointers");
+  const int64_t kp = sk_gemm_padded_k(k);
+  *codes_bytes = (size_t)(n * (recipe_fp4(r) ? kp / 2 : kp));
+  *scales_bytes = r == SK_GEMM_TENSOR_FP8 ? 0
+                  : r == SK_GEMM_BLOCK_FP8 ? (size_t)(sk_cdiv(n, 128) * (kp / 128)) * 4
+                                           : sk_swizzled_scale_bytes(n, kp / scale_vec(r));
+  return SK_OK;
+}
+
+static size_t swz_offset(int64_t row, int64_t col, int64_t cols) {
+  const int64_t ktiles = sk_cdiv(cols, 4);
+  return (size_t)((row / 128) * ktiles * 512 + (col / 4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4));
+}
+
+SK_API sk_status sk_gemm_pack_weight(sk_gemm_recipe r, int64_t n, int64_t k, const void *codes, const void *scales,
+                                     void *packed_codes, void *packed_scales) {
+  size_t cb, sb;
+  SK_TRY(sk_gemm_packed_bytes(r, n, k, &cb, &sb));
+  if (!codes || !packed_codes || (r != SK_GEMM_TENSOR_FP8 && (!scales || !packed_scales)))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " pack_weight: NULL buffer");
+  const int64_t kp = sk_gemm_padded_k(k), rb = recipe_fp4(r) ? k / 2 : k, rbp = recipe_fp4(r) ? kp / 2 : kp;
+  for (int64_t i = 0; i < n; i++) {
+    memcpy((uint8_t *)packed_codes + i * rbp, (const uint8_t *)codes + i * rb, (size_t)rb);
+    memset((uint8_t *)packed_codes + i * rbp + rb, 0, (size_t)(rbp - rb));
+  }
+  if (r == SK_GEMM_TENSOR_FP8) return SK_OK;
+  if (r == SK_GEMM_BLOCK_FP8) {
+    const int64_t rows = sk_cdiv(n, 128), cols = sk_cdiv(k, 128), colsp = kp / 128;
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < colsp; j++)
+        ((float *)packed_scales)[i * colsp + j] = j < cols ? ((const float *)scales)[i * cols + j] : 1.0f;
+    return SK_OK;
+  }
+  const int64_t cols = k / scale_vec(r), colsp = kp / scale_vec(r);
+  const uint8_t one = r == SK_GEMM_NVFP4 ? 0x38 : 127; /* 1.0 in UE4M3 / UE8M0 */
+  memset(packed_scales, 0, sb);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < colsp; j++)
+      ((uint8_t *)packed_scales)[swz_offset(i, j, colsp)] =
+          j < cols ? ((const uint8_t *)scales)[swz_offset(i, j, cols)] : one;
+  return SK_OK;
+}
+
+/* ---- linear aliases -------------------------------------------------------------------------- */
+
+static size_t mxfp8_act_bytes(int64_t m, int64_t k) {
+  const size_t codes = (size_t)(m * k), scales = sk_swizzled_scale_bytes(m, k / 32);
+  return (codes + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (scales + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+}
+
+SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k) {
+  if (m < 1 || n < 1 || k < 128 || k % 128) return 0;
+  return mxfp8_act_bytes(m, k) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
+}
+
+SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
+                                      const DLTensor *alpha, const DLTensor *out, void *workspace, size_t workspace_bytes,
+                                      void *stream) {
+  if (!x || x->ndim != 2 || !x->shape)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "gemm.mxfp8_linear: x must be bfloat16 [M, K]");
+  const int64_t m = x->shape[0], k = x->shape[1];
+  if (m < 1 || k < 128 || k % 128)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "gemm.mxfp8_linear: x is [%lld, %lld]; K must be a multiple of 128",
+                        (long long)m, (long long)k);
+  if (!w_codes || w_codes->ndim != 2 || !w_codes->shape)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "gemm.mxfp8_linear: w_codes must be uint8 [N, K]");
+  const int64_t n = w_codes->shape[0];
+  const size_t need = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k);
+  if (!workspace || workspace_bytes < need || (uintptr_t)workspace % WS_ALIGN)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "gemm.mxfp8_linear: workspace must be %zu bytes, 256-byte aligned (the quantized activations)",
+                        need);
+  /* The activation quantizer is the quantization.mxfp8 kernel (the same rule as upstream's
+   * quantize_mxfp8_rows), resolved like any one-shot kernel on first use. */
+  sk_tensor_spec xs = {"x", SK_DL_BF16, 2, {m, k}, 16};
+  void *px;
+  SK_TRY(sk_check_tensor("gemm.mxfp8_linear", x, &xs, &px));
+  sk_kernel_request qr = {"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
+                          NULL, NULL, 0, 0};
+  sk_kernel *qk;
+  SK_TRY(sk_kernel_resolve(&qr, &qk));
+  uint8_t *codes = workspace, *scales = codes + (((size_t)(m * k) + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN);
+  int64_t cshape[2] = {m, k}, sshape[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 32)};
+  DLTensor tc = {codes, x->device, 2, SK_DL_U8, cshape, NULL, 0};
+  DLTensor ts = {scales, x->device, 1, SK_DL_U8, sshape, NULL, 0};
+  {
+    const void *xp = px;
+    void *cp = codes, *sp = scales, *rows = NULL;
+    int ld = (int)k, mi = (int)m, ki = (int)k;
+    int64_t work = m * k / 8, pad = (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(k / 32, 4);
+    if (pad > work) work = pad;
+    void *args[] = {(void *)&xp, &ld, &mi, &ki, &cp, &sp, &rows};
+    sk_status s = sk_kernel_launch(qk, (sk_dim3){(unsigned)sk_cdiv(work, 256), 1, 1}, (sk_dim3){256, 1, 1}, 0, stream, args);
+    if (s != SK_OK) return sk_wrap_error(s, "gemm.mxfp8_linear");
+  }
+  char *rest = (char *)workspace + mxfp8_act_bytes(m, k);
+  return sk_gemm_mm(SK_GEMM_MXFP8, &tc, &ts, w_codes, w_scales, alpha, out, rest,
+                    workspace_bytes - mxfp8_act_bytes(m, k), stream);
+}
+
+SK_API sk_status sk_gemm_tensor_fp8_linear(const DLTensor *x_codes, const DLTensor *w_codes, const DLTensor *alpha,
+                                           const DLTensor *out, void *workspace, size_t workspace_bytes, void *stream) {
+  return sk_gemm_mm(SK_GEMM_TENSOR_FP8, x_codes, NULL, w_codes, NULL, alpha, out, workspace, workspace_bytes, stream);
+}
+
+/* ---- registry -------------------------------------------------------------------------------- */
+
+static bool gemm_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 89; }
+
+/* caps: {"recipe": "nvfp4", "out": "bf16", "n": N, "k": K, "m": [1, 8, 16, 2048]}; the linear
+ * aliases fix the recipe (forced >= 0) and mxfp8_linear adds its activation quantizer. */
+static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_request_list *out) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, j) {
+    if (!it->string || (strcmp(it->string, "recipe") && strcmp(it->string, "out") && strcmp(it->string, "n") &&
+                        strcmp(it->string, "k") && strcmp(it->string, "m")))
+      return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", it->string ? it->string : "?");
+  }
+  const cJSON *rj = cJSON_GetObjectItemCaseSensitive(j, "recipe"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out"),
+              *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *mj = cJSON_GetObjectItemCaseSensitive(j, "m");
+  int r = forced, o = 0;
+  if (forced >= 0 && rj) return sk_set_error(SK_ERR_MANIFEST, "caps.recipe: this op's recipe is fixed");
+  for (int i = 0; forced < 0 && cJSON_IsString(rj) && i < 5; i++)
+    if (!strcmp(rj->valuestring, recipe_names[i])) r = i;
+  if (r < 0) return sk_set_error(SK_ERR_MANIFEST, "caps.recipe: expected nvfp4, mxfp4, mxfp8, block_fp8 or tensor_fp8");
+  if (oj) {
+    o = -1;
+    for (int i = 0; cJSON_IsString(oj) && i < 3; i++)
+      if (!strcmp(oj->valuestring, out_names[i])) o = i;
+    if (o < 0) return sk_set_error(SK_ERR_MANIFEST, "caps.out: expected bf16, fp16 or fp32");
+  }
+  if (!cJSON_IsNumber(nj) || !(nj->valuedouble >= 1 && nj->valuedouble <= 2147483647.0))
+    return sk_set_error(SK_ERR_MANIFEST, "caps.n: expected a whole number in [1, 2^31)");
+  if (!cJSON_IsArray(mj) || !cJSON_GetArraySize(mj)) return sk_set_error(SK_ERR_MANIFEST, "caps.m: expected an array of M values");
+  cJSON_ArrayForEach(it, mj) {
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= 1 && it->valuedouble <= 2147483647.0))
+      return sk_set_error(SK_ERR_MANIFEST, "caps.m: M values must be whole numbers in [1, 2^31)");
+    const int64_t m = (int64_t)it->valuedouble;
+    if (m > DECODE_MAX_M && !sk_find_embedded_source(TILED_SOURCE)) continue;
+    char name[160], params[128];
+    kernel_name((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, name, sizeof name, params, sizeof params);
+    sk_kernel_request req = {OP, m <= DECODE_MAX_M ? DECODE_SOURCE : TILED_SOURCE, name, params, arch, NULL, 0, 0};
+    SK_TRY(sk_request_list_add(out, &req));
+  }
+  if (forced == SK_GEMM_MXFP8) {
+    sk_kernel_request q = {"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
+                           arch, NULL, 0, 0};
+    SK_TRY(sk_request_list_add(out, &q));
+  }
+  return SK_OK;
+}
+static sk_status gemm_requests(const cJSON *j, const char *arch, sk_request_list *out) {
+  return requests_for(j, arch, -1, out);
+}
+static sk_status mxfp8_linear_requests(const cJSON *j, const char *arch, sk_request_list *out) {
+  return requests_for(j, arch, SK_GEMM_MXFP8, out);
+}
+static sk_status tensor_fp8_linear_requests(const cJSON *j, const char *arch, sk_request_list *out) {
+  return requests_for(j, arch, SK_GEMM_TENSOR_FP8, out);
+}
+
+const sk_op_desc sk_op_desc_gemm_blockscaled = {
+    {OP, SK_OP_ONE_SHOT, "C = alpha * A x B^T for NVFP4 / MXFP4 / MXFP8 / block-FP8 / tensor-FP8 operands",
+     "sm_89+,sm_90a,sm_120a,sm_121a"},
+    gemm_supported,
+    gemm_requests,
+};
+const sk_op_desc sk_op_desc_gemm_mxfp8_linear = {
+    {"gemm.mxfp8_linear", SK_OP_ONE_SHOT, "BF16 activations quantized to MXFP8 in the op x packed MXFP8 weight -> BF16",
+     "sm_89+,sm_90a,sm_120a,sm_121a"},
+    gemm_supported,
+    mxfp8_linear_requests,
+};
+const sk_op_desc sk_op_desc_gemm_tensor_fp8_linear = {
+    {"gemm.tensor_fp8_linear", SK_OP_ONE_SHOT, "E4M3 activations x E4M3 weight, per-tensor scales in alpha",
+     "sm_89+,sm_90a,sm_120a,sm_121a"},
+    gemm_supported,
+    tensor_fp8_linear_requests,
+};
