@@ -266,7 +266,7 @@ SK_API sk_status sk_gemm_pack_weight(sk_gemm_recipe r, int64_t n, int64_t k, con
   }
   const int64_t cols = k / scale_vec(r), colsp = kp / scale_vec(r);
   const uint8_t one = r == SK_GEMM_NVFP4 ? 0x38 : 127; /* 1.0 in UE4M3 / UE8M0 */
-  memset(packed_scales, 0, sb);
+  memset(packed_scales, one, sb); /* padding rows and columns read as 1.0 (never used) */
   for (int64_t i = 0; i < n; i++)
     for (int64_t j = 0; j < colsp; j++)
       ((uint8_t *)packed_scales)[swz_offset(i, j, colsp)] =

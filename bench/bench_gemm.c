@@ -1,0 +1,158 @@
+/* bench_gemm - gemm.blockscaled on the GPU.
+ * Decode (M = 1, 4, 16) at real layer shapes: achieved bandwidth over the bytes that must move
+ * (weight codes + scales + activations + output), goal >= 90% of the measured copy bandwidth.
+ * Prefill (M = 2048, 4096, 8192; only when the tiled kernel is in the build): TFLOP/s.
+ * Weights rotate over 3 copies so the 60 MB L2 cannot serve them. Random operands (never zeros).
+ * CUDA events around 50 calls after warm-up, median of 5 rounds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "ref/gemm.h"
+#include "sparkinfer/gemm.h"
+#include "sparkinfer/jit.h"
+#include "sparkinfer/quantization.h"
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
+  } while (0)
+
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+static DLTensor T(void *p, DLDataType dt, int nd, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = p;
+  t.device.device_type = kDLCUDA;
+  t.dtype = dt;
+  t.ndim = nd;
+  t.shape = shape;
+  return t;
+}
+static void *dev_random(size_t bytes, uint64_t *rng, int scale_like) {
+  void *d;
+  CK(cudaMalloc(&d, bytes));
+  uint8_t *h = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++) {
+    uint8_t b = (uint8_t)skref_gemm_rand_u64(rng);
+    h[i] = scale_like ? (uint8_t)(0x30 + (b & 0x0f)) : (uint8_t)(b & 0x77); /* finite codes, sane scales */
+  }
+  CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+static const char *names[] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
+
+int main(void) {
+  const char *jpath = getenv("SK_BENCH_JSON");
+  FILE *json = jpath ? fopen(jpath, "w") : NULL;
+  if (json) fprintf(json, "{\"results\":[");
+  int first = 1;
+  CK(cudaSetDevice(0));
+  CK(cudaFree(0));
+  uint64_t rng = 42;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}, {5120, 2944}};
+  const int64_t ms[] = {1, 4, 16, 2048, 4096, 8192};
+  int tiled = 0;
+  {
+    const char *const *paths;
+    size_t n;
+    sk_list_kernel_sources(&paths, &n);
+    for (size_t i = 0; i < n; i++) tiled |= !strcmp(paths[i], "gemm/mma_tiled.cuh");
+  }
+  printf("| recipe | M | N | K | us | GB/s | %% of 4300 | TFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
+  for (int r = 0; r < 5; r++)
+    for (int si = 0; si < 4; si++)
+      for (int mi = 0; mi < 6; mi++) {
+        const int64_t n = shapes[si][0], k = shapes[si][1], m = ms[mi];
+        if (m > 16 && (!tiled || si != 0)) continue; /* prefill: one shape */
+        const int fp4 = r <= 1;
+        const size_t bcodes = (size_t)(n * (fp4 ? k / 2 : k)), acodes = (size_t)(m * (fp4 ? k / 2 : k));
+        const size_t bscales = r == 4 ? 0 : r == 3 ? (size_t)(((n + 127) / 128) * (k / 128) * 4) : sk_swizzled_scale_bytes(n, k / (r == 0 ? 16 : 32));
+        const size_t ascales = r == 4 ? 0 : r == 3 ? (size_t)(m * (k / 128) * 4) : sk_swizzled_scale_bytes(m, k / (r == 0 ? 16 : 32));
+        void *b[3], *bs[3], *a = dev_random(acodes, &rng, 0), *as = ascales ? dev_random(ascales, &rng, 1) : NULL, *c, *ws = NULL;
+        for (int i = 0; i < 3; i++) {
+          b[i] = dev_random(bcodes, &rng, 0);
+          bs[i] = bscales ? dev_random(bscales, &rng, 1) : NULL;
+        }
+        if (r == 3) { /* fp32 block scales: overwrite with 1.0-ish floats */
+          float *h = malloc(bscales > ascales ? bscales : ascales);
+          for (size_t i = 0; i < (bscales > ascales ? bscales : ascales) / 4; i++) h[i] = 0.5f + (float)(i % 7) * 0.125f;
+          for (int i = 0; i < 3; i++) CK(cudaMemcpy(bs[i], h, bscales, cudaMemcpyHostToDevice));
+          CK(cudaMemcpy(as, h, ascales, cudaMemcpyHostToDevice));
+          free(h);
+        }
+        CK(cudaMalloc(&c, (size_t)(m * n * 2)));
+        size_t wsb = sk_gemm_workspace_bytes((sk_gemm_recipe)r, m, n, k);
+        if (wsb) {
+          CK(cudaMalloc(&ws, wsb));
+          CK(cudaMemset(ws, 0, wsb));
+        }
+        int64_t acs[2] = {m, fp4 ? k / 2 : k}, bcs[2] = {n, fp4 ? k / 2 : k}, cs[2] = {m, n};
+        int64_t ass[2] = {r == 3 ? m : (int64_t)ascales, k / 128}, bss[2] = {r == 3 ? (n + 127) / 128 : (int64_t)bscales, k / 128};
+        DLDataType u8 = {kDLUInt, 8, 1}, f32 = {kDLFloat, 32, 1}, bf = {kDLBfloat, 16, 1};
+        DLTensor ta = T(a, u8, 2, acs), tas = T(as, r == 3 ? f32 : u8, r == 3 ? 2 : 1, ass), tc = T(c, bf, 2, cs);
+        DLTensor tb[3], tbs[3];
+        for (int i = 0; i < 3; i++) {
+          tb[i] = T(b[i], u8, 2, bcs);
+          tbs[i] = T(bs[i], r == 3 ? f32 : u8, r == 3 ? 2 : 1, bss);
+        }
+        int bad = 0;
+        for (int i = 0; i < 6 && !bad; i++)
+          bad = sk_gemm_mm((sk_gemm_recipe)r, &ta, r == 4 ? NULL : &tas, &tb[i % 3], r == 4 ? NULL : &tbs[i % 3], NULL, &tc,
+                           ws, wsb, s) != SK_OK;
+        if (bad) {
+          printf("| %s | %lld | %lld | %lld | error: %s |\n", names[r], (long long)m, (long long)n, (long long)k,
+                 sk_last_error_message());
+        } else {
+          float rounds[5];
+          const int reps = m > 16 ? 10 : 50;
+          for (int rd = 0; rd < 5; rd++) {
+            CK(cudaEventRecord(e0, s));
+            for (int i = 0; i < reps; i++)
+              sk_gemm_mm((sk_gemm_recipe)r, &ta, r == 4 ? NULL : &tas, &tb[i % 3], r == 4 ? NULL : &tbs[i % 3], NULL, &tc, ws,
+                         wsb, s);
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&rounds[rd], e0, e1));
+          }
+          CK(cudaGetLastError());
+          qsort(rounds, 5, sizeof(float), cmp_f);
+          double us = rounds[2] * 1e3 / reps;
+          double bytes = (double)(bcodes + bscales + acodes + ascales) + (double)(m * n * 2);
+          double gbs = bytes / (us * 1e-6) / 1e9, tflops = 2.0 * m * n * k / (us * 1e-6) / 1e12;
+          printf("| %s | %lld | %lld | %lld | %.2f | %.0f | %.0f%% | %.1f |\n", names[r], (long long)m, (long long)n,
+                 (long long)k, us, gbs, gbs / 43, tflops);
+          if (json)
+            fprintf(json, "%s\n {\"recipe\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f,\"tflops\":%.2f}",
+                    first ? "" : ",", names[r], (long long)m, (long long)n, (long long)k, us, gbs, tflops);
+          first = 0;
+        }
+        fflush(stdout);
+        CK(cudaFree(a));
+        if (as) CK(cudaFree(as));
+        for (int i = 0; i < 3; i++) {
+          CK(cudaFree(b[i]));
+          if (bs[i]) CK(cudaFree(bs[i]));
+        }
+        CK(cudaFree(c));
+        if (ws) CK(cudaFree(ws));
+      }
+  if (json) {
+    fprintf(json, "\n]}\n");
+    fclose(json);
+  }
+  return 0;
+}

@@ -1,0 +1,260 @@
+/* gemm.blockscaled and its linear aliases on a GPU against the double-precision reference on the
+ * dequantized operands (tests/ref/gemm.h). Tolerance: skref_gemm_tolerance = FP32 accumulation of
+ * K products (bounded by the sum of |a||b|) plus the final rounding to the output type; NaN never
+ * passes. Poisoned outputs; two runs bit-identical; graph replay after a freeze bit-identical. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_util.h"
+#include "ref/gemm.h"
+#include "ref/skref.h"
+#include "sparkinfer/gemm.h"
+#include "sparkinfer/jit.h"
+#include "sparkinfer/quantization.h"
+#include "testutil.h"
+
+static char *dir;
+static void setup(void) {
+  dir = tu_tempdir("gpugemm");
+  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  CUDA_OK(cudaSetDevice(0));
+  CUDA_OK(cudaFree(0));
+}
+static void teardown(void) { tu_rmrf(dir); free(dir); }
+
+static DLTensor tensor(void *data, DLDataType dt, int ndim, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCUDA;
+  t.ndim = ndim;
+  t.dtype = dt;
+  t.shape = shape;
+  return t;
+}
+static const DLDataType out_dt[3] = {{kDLBfloat, 16, 1}, {kDLFloat, 16, 1}, {kDLFloat, 32, 1}};
+#define U8 ((DLDataType){kDLUInt, 8, 1})
+#define F32 ((DLDataType){kDLFloat, 32, 1})
+
+static int failures;
+#define GEMM_FAIL(...)                                                                           \
+  do {                                                                                           \
+    if (failures++ < 30) { fprintf(stderr, "MISMATCH " __VA_ARGS__); fputc('\n', stderr); }      \
+  } while (0)
+
+typedef struct dev_operand {
+  void *codes, *scales;
+  int64_t cshape[2], sshape[2];
+  DLTensor tc, ts;
+} dev_operand;
+
+static void upload_operand(skref_gemm_recipe r, skref_gemm_side side, size_t rows, size_t k, const uint8_t *codes,
+                           const void *scales, dev_operand *d) {
+  size_t cb = skref_gemm_code_bytes(r, rows, k), sb = skref_gemm_scale_bytes(r, side, rows, k);
+  CUDA_OK(cudaMalloc(&d->codes, cb));
+  CUDA_OK(cudaMemcpy(d->codes, codes, cb, cudaMemcpyHostToDevice));
+  d->cshape[0] = (int64_t)rows;
+  d->cshape[1] = (int64_t)(skref_gemm_is_fp4(r) ? k / 2 : k);
+  d->tc = tensor(d->codes, U8, 2, d->cshape);
+  d->scales = NULL;
+  if (sb) {
+    CUDA_OK(cudaMalloc(&d->scales, sb));
+    CUDA_OK(cudaMemcpy(d->scales, scales, sb, cudaMemcpyHostToDevice));
+  }
+  if (r == SKREF_GEMM_BLOCK_FP8) {
+    d->sshape[0] = side == SKREF_GEMM_A ? (int64_t)rows : (int64_t)((rows + 127) / 128);
+    d->sshape[1] = (int64_t)(k / 128);
+    d->ts = tensor(d->scales, F32, 2, d->sshape);
+  } else {
+    d->sshape[0] = (int64_t)sb;
+    d->ts = tensor(d->scales, U8, 1, d->sshape);
+  }
+}
+static void free_operand(dev_operand *d) {
+  CUDA_OK(cudaFree(d->codes));
+  if (d->scales) CUDA_OK(cudaFree(d->scales));
+}
+
+/* One mm call vs the reference; returns 1 when every element passed. */
+static void check_mm(skref_gemm_recipe r, int out, size_t m, size_t n, size_t k, int use_ws, uint64_t *rng, uint64_t seed) {
+  uint8_t *ac = malloc(skref_gemm_code_bytes(r, m, k)), *bc = malloc(skref_gemm_code_bytes(r, n, k));
+  void *as = malloc(skref_gemm_scale_bytes(r, SKREF_GEMM_A, m, k) + 4), *bs = malloc(skref_gemm_scale_bytes(r, SKREF_GEMM_B, n, k) + 4);
+  skref_gemm_random_operand(r, SKREF_GEMM_A, m, k, rng, ac, as);
+  skref_gemm_random_operand(r, SKREF_GEMM_B, n, k, rng, bc, bs);
+  skref_gemm_operand oa = {r, SKREF_GEMM_A, m, k, ac, r == SKREF_GEMM_TENSOR_FP8 ? NULL : as};
+  skref_gemm_operand ob = {r, SKREF_GEMM_B, n, k, bc, r == SKREF_GEMM_TENSOR_FP8 ? NULL : bs};
+  float alpha = (float)(0.5 + skref_gemm_rand_uniform(rng));
+  double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
+  skref_gemm(&oa, &ob, alpha, ref, abs_sum);
+  dev_operand da, db;
+  upload_operand(r, SKREF_GEMM_A, m, k, ac, as, &da);
+  upload_operand(r, SKREF_GEMM_B, n, k, bc, bs, &db);
+  void *dalpha, *dc, *ws = NULL;
+  CUDA_OK(cudaMalloc(&dalpha, 4));
+  CUDA_OK(cudaMemcpy(dalpha, &alpha, 4, cudaMemcpyHostToDevice));
+  const size_t ob_bytes = skref_gemm_out_bytes((skref_gemm_out)out);
+  CUDA_OK(cudaMalloc(&dc, m * n * ob_bytes));
+  size_t wsb = use_ws ? sk_gemm_workspace_bytes((sk_gemm_recipe)r, (int64_t)m, (int64_t)n, (int64_t)k) : 0;
+  if (wsb) {
+    CUDA_OK(cudaMalloc(&ws, wsb));
+    CUDA_OK(cudaMemset(ws, 0, wsb));
+  }
+  int64_t cshape[2] = {(int64_t)m, (int64_t)n}, ashape[1] = {1};
+  DLTensor tcout = tensor(dc, out_dt[out], 2, cshape), talpha = tensor(dalpha, F32, 1, ashape);
+  void *host[2];
+  for (int run = 0; run < 2; run++) {
+    CUDA_OK(cudaMemset(dc, 0xff, m * n * ob_bytes)); /* NaN poison */
+    SK_OK_OR_FAIL(sk_gemm_mm((sk_gemm_recipe)r, &da.tc, r == SKREF_GEMM_TENSOR_FP8 ? NULL : &da.ts, &db.tc,
+                             r == SKREF_GEMM_TENSOR_FP8 ? NULL : &db.ts, &talpha, &tcout, ws, wsb, NULL));
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    host[run] = malloc(m * n * ob_bytes);
+    CUDA_OK(cudaMemcpy(host[run], dc, m * n * ob_bytes, cudaMemcpyDeviceToHost));
+  }
+  if (memcmp(host[0], host[1], m * n * ob_bytes))
+    GEMM_FAIL("seed %llu %s out %d M=%zu N=%zu K=%zu: two runs differ", (unsigned long long)seed,
+              skref_gemm_recipe_name(r), out, m, n, k);
+  for (size_t i = 0; i < m * n; i++) {
+    double got = skref_gemm_load_out((skref_gemm_out)out, host[0], i);
+    double tol = skref_gemm_tolerance((skref_gemm_out)out, ref[i], abs_sum[i], k);
+    if (!(fabs(got - ref[i]) <= tol)) {
+      GEMM_FAIL("seed %llu %s out %d M=%zu N=%zu K=%zu ws %d: C[%zu,%zu] = %.9g, ref %.9g, tol %.3g",
+                (unsigned long long)seed, skref_gemm_recipe_name(r), out, m, n, k, (int)(wsb > 0), i / n, i % n, got,
+                ref[i], tol);
+      break;
+    }
+  }
+  free(host[0]); free(host[1]);
+  free_operand(&da); free_operand(&db);
+  CUDA_OK(cudaFree(dalpha)); CUDA_OK(cudaFree(dc));
+  if (ws) CUDA_OK(cudaFree(ws));
+  free(ac); free(bc); free(as); free(bs); free(ref); free(abs_sum);
+}
+
+static int have_tiled(void) {
+  const char *const *paths;
+  size_t n;
+  sk_list_kernel_sources(&paths, &n);
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(paths[i], "gemm/mma_tiled.cuh")) return 1;
+  return 0;
+}
+
+Test(gpu_gemm, decode_every_recipe_and_output, .init = setup, .fini = teardown, .timeout = 900) {
+  uint64_t seed = skref_test_seed("gpu gemm decode"), rng = seed;
+  const size_t ms[] = {1, 2, 3, 8, 16};
+  for (int r = 0; r < 5; r++)
+    for (int o = 0; o < 3; o++)
+      for (size_t mi = 0; mi < 5; mi++) check_mm((skref_gemm_recipe)r, o, ms[mi], 2880, 2048, (int)(mi % 2), &rng, seed);
+  /* Real widths, BF16 out, with the split-K workspace. */
+  for (int r = 0; r < 5; r++) {
+    check_mm((skref_gemm_recipe)r, 0, 1, 28672, 4096, 1, &rng, seed);
+    check_mm((skref_gemm_recipe)r, 0, 16, 4096, 7168, 1, &rng, seed);
+    check_mm((skref_gemm_recipe)r, 0, 4, 8192, 2048, 0, &rng, seed);
+  }
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+Test(gpu_gemm, prefill_every_recipe, .init = setup, .fini = teardown, .timeout = 900) {
+  if (!have_tiled()) cr_skip_test("this build has no tiled prefill kernel");
+  uint64_t seed = skref_test_seed("gpu gemm prefill"), rng = seed;
+  const size_t ms[] = {17, 64, 128, 1000};
+  for (int r = 0; r < 5; r++)
+    for (int o = 0; o < 3; o++)
+      for (size_t mi = 0; mi < 4; mi++) check_mm((skref_gemm_recipe)r, o, ms[mi], o == 0 ? 384 : 200, 512, 0, &rng, seed);
+  for (int r = 0; r < 5; r++) check_mm((skref_gemm_recipe)r, 0, 4096, 256, 512, 0, &rng, seed);
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+Test(gpu_gemm, mxfp8_linear_matches_quantize_then_reference, .init = setup, .fini = teardown) {
+  uint64_t seed = skref_test_seed("gpu mxfp8_linear"), rng = seed;
+  skref_rng qr;
+  skref_rng_seed(&qr, seed);
+  const size_t m = 5, n = 3000, k = 2048;
+  uint16_t *x = malloc(m * k * 2);
+  skref_fill_normal(&qr, x, m * k, SKREF_BF16, 1.0f, 0.001, 30.0f);
+  uint8_t *xc = malloc(m * k), *xs = malloc(skref_swizzled_scale_bytes(m, k / 32));
+  cr_assert_eq(skref_quantize_mxfp8(x, SKREF_BF16, m, k, k, xc, xs, NULL), 0);
+  uint8_t *wc = malloc(n * k);
+  void *wsc = malloc(skref_gemm_scale_bytes(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k));
+  skref_gemm_random_operand(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, &rng, wc, wsc);
+  skref_gemm_operand oa = {SKREF_GEMM_MXFP8, SKREF_GEMM_A, m, k, xc, xs}, ob = {SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, wc, wsc};
+  double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
+  skref_gemm(&oa, &ob, 1.0, ref, abs_sum);
+  void *dx, *dout, *ws;
+  CUDA_OK(cudaMalloc(&dx, m * k * 2));
+  CUDA_OK(cudaMemcpy(dx, x, m * k * 2, cudaMemcpyHostToDevice));
+  dev_operand dw;
+  upload_operand(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, wc, wsc, &dw);
+  CUDA_OK(cudaMalloc(&dout, m * n * 2));
+  CUDA_OK(cudaMemset(dout, 0xff, m * n * 2));
+  size_t wsb = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k);
+  CUDA_OK(cudaMalloc(&ws, wsb));
+  CUDA_OK(cudaMemset(ws, 0, wsb));
+  int64_t xs_shape[2] = {m, k}, os[2] = {m, n};
+  DLTensor tx = tensor(dx, out_dt[0], 2, xs_shape), to = tensor(dout, out_dt[0], 2, os);
+  SK_OK_OR_FAIL(sk_gemm_mxfp8_linear(&tx, &dw.tc, &dw.ts, NULL, &to, ws, wsb, NULL));
+  CUDA_OK(cudaDeviceSynchronize());
+  uint16_t *got = malloc(m * n * 2);
+  CUDA_OK(cudaMemcpy(got, dout, m * n * 2, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < m * n; i++) {
+    double g = skref_gemm_load_out(SKREF_GEMM_OUT_BF16, got, i), tol = skref_gemm_tolerance(SKREF_GEMM_OUT_BF16, ref[i], abs_sum[i], k);
+    cr_assert(fabs(g - ref[i]) <= tol, "seed %llu: out[%zu] = %.9g, ref %.9g", (unsigned long long)seed, i, g, ref[i]);
+  }
+  free_operand(&dw);
+  CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dout)); CUDA_OK(cudaFree(ws));
+  free(x); free(xc); free(xs); free(wc); free(wsc); free(ref); free(abs_sum); free(got);
+}
+
+Test(gpu_gemm, graph_replay_after_prewarm_and_freeze, .init = setup, .fini = teardown) {
+  uint64_t seed = skref_test_seed("gpu gemm graph"), rng = seed;
+  const size_t m = 1, n = 4096, k = 4096;
+  int64_t ms[] = {1};
+  SK_OK_OR_FAIL(sk_gemm_prewarm(SK_GEMM_NVFP4, SK_DTYPE_BF16, ms, 1, n, k, NULL));
+  SK_OK_OR_FAIL(sk_freeze_kernel_resolution("gemm graph test"));
+  uint8_t *ac = malloc(skref_gemm_code_bytes(SKREF_GEMM_NVFP4, m, k)), *bc = malloc(skref_gemm_code_bytes(SKREF_GEMM_NVFP4, n, k));
+  void *as = malloc(skref_gemm_scale_bytes(SKREF_GEMM_NVFP4, SKREF_GEMM_A, m, k)),
+       *bs = malloc(skref_gemm_scale_bytes(SKREF_GEMM_NVFP4, SKREF_GEMM_B, n, k));
+  skref_gemm_random_operand(SKREF_GEMM_NVFP4, SKREF_GEMM_A, m, k, &rng, ac, as);
+  skref_gemm_random_operand(SKREF_GEMM_NVFP4, SKREF_GEMM_B, n, k, &rng, bc, bs);
+  dev_operand da, db;
+  upload_operand(SKREF_GEMM_NVFP4, SKREF_GEMM_A, m, k, ac, as, &da);
+  upload_operand(SKREF_GEMM_NVFP4, SKREF_GEMM_B, n, k, bc, bs, &db);
+  void *dc, *ws;
+  size_t wsb = sk_gemm_workspace_bytes(SK_GEMM_NVFP4, m, n, k);
+  CUDA_OK(cudaMalloc(&dc, m * n * 2));
+  CUDA_OK(cudaMalloc(&ws, wsb ? wsb : 256));
+  CUDA_OK(cudaMemset(ws, 0, wsb ? wsb : 256));
+  int64_t cs[2] = {m, n};
+  DLTensor tc = tensor(dc, out_dt[0], 2, cs);
+  /* An unwarmed configuration is refused after the freeze. */
+  DLTensor tc32 = tensor(dc, out_dt[2], 2, cs);
+  cr_assert_eq(sk_gemm_mm(SK_GEMM_NVFP4, &da.tc, &da.ts, &db.tc, &db.ts, NULL, &tc32, ws, wsb, NULL),
+               SK_ERR_KERNEL_RESOLUTION_FROZEN);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SK_OK_OR_FAIL(sk_gemm_mm(SK_GEMM_NVFP4, &da.tc, &da.ts, &db.tc, &db.ts, NULL, &tc, ws, wsb, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  uint16_t *eager = malloc(n * 2), *rep = malloc(n * 2);
+  CUDA_OK(cudaMemcpy(eager, dc, n * 2, cudaMemcpyDeviceToHost));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  SK_OK_OR_FAIL(sk_gemm_mm(SK_GEMM_NVFP4, &da.tc, &da.ts, &db.tc, &db.ts, NULL, &tc, ws, wsb, s));
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; i++) {
+    CUDA_OK(cudaMemsetAsync(dc, 0xff, n * 2, s));
+    CUDA_OK(cudaGraphLaunch(ge, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(rep, dc, n * 2, cudaMemcpyDeviceToHost));
+    cr_assert_eq(memcmp(eager, rep, n * 2), 0, "seed %llu: replay %d differs", (unsigned long long)seed, i);
+  }
+  CUDA_OK(cudaGraphExecDestroy(ge));
+  CUDA_OK(cudaGraphDestroy(g));
+  CUDA_OK(cudaStreamDestroy(s));
+  free_operand(&da); free_operand(&db);
+  CUDA_OK(cudaFree(dc)); CUDA_OK(cudaFree(ws));
+  free(ac); free(bc); free(as); free(bs); free(eager); free(rep);
+}

@@ -1,0 +1,128 @@
+/* gemm host side without a GPU: pack_weight equals the reference's for every recipe; mm
+ * validation (bad shapes, K not a multiple of 128, mismatched recipe scales, misaligned
+ * pointers, wrong dtypes) fails with a status and a message; manifest builders. Device pointers
+ * are fake: validation never dereferences them. */
+#include <criterion/criterion.h>
+
+#include "ref/gemm.h"
+#include "ref/skref.h"
+#include "sparkinfer/gemm.h"
+#include "sparkinfer/quantization.h"
+#include "testutil.h"
+
+Test(gemm_ops, pack_weight_matches_reference_for_every_recipe) {
+  uint64_t seed = skref_test_seed("gemm pack_weight"), rng = seed;
+  const size_t n = 300, ks[] = {64, 96, 640};
+  for (int r = 0; r < 5; r++)
+    for (size_t ki = 0; ki < 3; ki++) {
+      size_t k = ks[ki];
+      if (r == SKREF_GEMM_BLOCK_FP8 || r == SKREF_GEMM_TENSOR_FP8) k = ks[ki] * 2; /* any k; multiples keep it simple */
+      uint8_t *codes = malloc(skref_gemm_code_bytes((skref_gemm_recipe)r, n, k));
+      size_t sb = skref_gemm_scale_bytes((skref_gemm_recipe)r, SKREF_GEMM_B, n, k);
+      void *scales = malloc(sb + 8);
+      /* random operand for k that is not a multiple of 128: fill codes and scales directly */
+      for (size_t i = 0; i < skref_gemm_code_bytes((skref_gemm_recipe)r, n, k); i++) codes[i] = (uint8_t)skref_gemm_rand_u64(&rng);
+      for (size_t i = 0; i < sb; i++) ((uint8_t *)scales)[i] = (uint8_t)(skref_gemm_rand_u64(&rng) & 0x3f);
+      size_t pcb, psb;
+      cr_assert_eq(sk_gemm_packed_bytes((sk_gemm_recipe)r, n, k, &pcb, &psb), SK_OK, "%s", sk_last_error_message());
+      size_t kp = skref_gemm_padded_k(k);
+      cr_assert_eq(pcb, skref_gemm_code_bytes((skref_gemm_recipe)r, n, kp));
+      cr_assert_eq(psb, skref_gemm_scale_bytes((skref_gemm_recipe)r, SKREF_GEMM_B, n, kp));
+      uint8_t *ours_c = malloc(pcb), *ref_c = malloc(pcb), *ours_s = malloc(psb + 8), *ref_s = malloc(psb + 8);
+      cr_assert_eq(sk_gemm_pack_weight((sk_gemm_recipe)r, n, k, codes, scales, ours_c, ours_s), SK_OK, "%s",
+                   sk_last_error_message());
+      skref_gemm_pack_weight((skref_gemm_recipe)r, n, k, codes, scales, ref_c, ref_s);
+      cr_assert_eq(memcmp(ours_c, ref_c, pcb), 0, "seed %llu recipe %d k %zu: packed codes differ", (unsigned long long)seed, r, k);
+      if (psb) cr_assert_eq(memcmp(ours_s, ref_s, psb), 0, "seed %llu recipe %d k %zu: packed scales differ", (unsigned long long)seed, r, k);
+      free(codes); free(scales); free(ours_c); free(ref_c); free(ours_s); free(ref_s);
+    }
+  cr_assert_eq(sk_gemm_pack_weight((sk_gemm_recipe)9, 1, 128, "", "", (void *)1, (void *)1), SK_ERR_INVALID_ARGUMENT);
+}
+
+static DLTensor fake(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = (void *)addr;
+  t.device.device_type = kDLCUDA;
+  t.dtype = dt;
+  t.ndim = nd;
+  t.shape = shape;
+  return t;
+}
+#define U8 ((DLDataType){kDLUInt, 8, 1})
+#define F32 ((DLDataType){kDLFloat, 32, 1})
+#define BF16 ((DLDataType){kDLBfloat, 16, 1})
+
+Test(gemm_ops, mm_rejects_bad_inputs_with_a_message) {
+  setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
+  const int64_t m = 4, n = 256, k = 512;
+  int64_t ac_s[2] = {m, k / 2}, bc_s[2] = {n, k / 2}, as_s[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 16)},
+          bs_s[1] = {(int64_t)sk_swizzled_scale_bytes(n, k / 16)}, c_s[2] = {m, n};
+  DLTensor ac = fake(0x100000, U8, 2, ac_s), bc = fake(0x200000, U8, 2, bc_s), as = fake(0x300000, U8, 1, as_s),
+           bs = fake(0x400000, U8, 1, bs_s), c = fake(0x500000, BF16, 2, c_s);
+  struct { const char *what; sk_gemm_recipe r; DLTensor ac, as, bc, bs, c; const char *needle; } bad[10];
+  int nb = 0;
+  DLTensor t;
+  int64_t k_bad[2] = {m, 100};
+  t = ac; t.shape = k_bad;
+  bad[nb++] = (__typeof__(bad[0])){"K not a multiple of 128", SK_GEMM_NVFP4, t, as, bc, bs, c, "multiple of 128"};
+  int64_t bk_bad[2] = {n, 128};
+  t = bc; t.shape = bk_bad;
+  bad[nb++] = (__typeof__(bad[0])){"B's K differs", SK_GEMM_NVFP4, ac, as, t, bs, c, "b_codes dim 1"};
+  bad[nb++] = (__typeof__(bad[0])){"mxfp4 scales sized for nvfp4", SK_GEMM_MXFP4, ac, as, bc, bs, c, "a_scales"};
+  t = ac; t.byte_offset = 4;
+  bad[nb++] = (__typeof__(bad[0])){"misaligned codes", SK_GEMM_NVFP4, t, as, bc, bs, c, "aligned"};
+  int64_t c_bad[2] = {m, n + 1};
+  t = c; t.shape = c_bad;
+  bad[nb++] = (__typeof__(bad[0])){"C shape", SK_GEMM_NVFP4, ac, as, bc, bs, t, "c dim 1"};
+  t = c; t.dtype = U8;
+  bad[nb++] = (__typeof__(bad[0])){"C dtype", SK_GEMM_NVFP4, ac, as, bc, bs, t, "bfloat16, float16 or float32"};
+  t = as; t.dtype = F32;
+  bad[nb++] = (__typeof__(bad[0])){"scale dtype", SK_GEMM_NVFP4, ac, t, bc, bs, c, "a_scales must be uint8"};
+  for (int i = 0; i < nb; i++) {
+    sk_status s = sk_gemm_mm(bad[i].r, &bad[i].ac, &bad[i].as, &bad[i].bc, &bad[i].bs, NULL, &bad[i].c, NULL, 0, NULL);
+    cr_assert_eq(s, SK_ERR_INVALID_ARGUMENT, "%s: got %s", bad[i].what, sk_status_string(s));
+    cr_assert(strstr(sk_last_error_message(), bad[i].needle), "%s: \"%s\" lacks \"%s\"", bad[i].what,
+              sk_last_error_message(), bad[i].needle);
+  }
+  /* tensor_fp8 takes no block scales; block_fp8 wants fp32 scales. */
+  int64_t f8a[2] = {m, k}, f8b[2] = {n, k};
+  DLTensor a8 = fake(0x100000, U8, 2, f8a), b8 = fake(0x200000, U8, 2, f8b);
+  cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a8, &as, &b8, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_mm(SK_GEMM_BLOCK_FP8, &a8, &as, &b8, &bs, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_mm((sk_gemm_recipe)7, &a8, NULL, &b8, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_mm(SK_GEMM_NVFP4, NULL, &as, &bc, &bs, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  /* A valid call without a GPU fails cleanly at resolution. */
+  sk_status s = sk_gemm_mm(SK_GEMM_NVFP4, &ac, &as, &bc, &bs, NULL, &c, NULL, 0, NULL);
+  if (!tu_exists("/dev/nvidia0"))
+    cr_assert(s == SK_ERR_NO_DRIVER || s == SK_ERR_NO_DEVICE, "got %s: %s", sk_status_string(s), sk_last_error_message());
+  cr_assert_eq(sk_gemm_is_supported(SK_GEMM_NVFP4, "sm_120a"), 1);
+  cr_assert_eq(sk_gemm_is_supported(SK_GEMM_NVFP4, "sm_80"), 0);
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_NVFP4, 17, 4096, 4096), 0u, "no split-K beyond the decode regime");
+}
+
+Test(gemm_ops, sk_warm_builds_gemm_entries) {
+  char *dir = tu_tempdir("gemmwarm");
+  char m[600], cache[700], warm[512];
+  snprintf(m, sizeof m, "%s/m.json", dir);
+  snprintf(cache, sizeof cache, "%s/c", dir);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"out\":\"bf16\",\"n\":4096,\"k\":4096,\"m\":[1,4,8,16]}},"
+                   "{\"op\":\"gemm.mxfp8_linear\",\"caps\":{\"n\":4096,\"k\":4096,\"m\":[1]}}]}");
+  char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
+  char *out = NULL;
+  cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+  /* nvfp4: TOKEN_TILES 1 (M<=8) and 2 (M<=16) = 2 kernels; mxfp8_linear: 1 decode + 1 quantizer */
+  cr_assert_eq(tu_json_num(out, "kernels"), 4, "%s", out);
+  free(out);
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"fp3\",\"n\":4096,\"k\":4096,\"m\":[1]}}]}");
+  char *argv2[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--quiet", NULL};
+  cr_assert_eq(tu_run(argv2, NULL, NULL), 2);
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":-4,\"k\":4096,\"m\":[1]}}]}");
+  cr_assert_eq(tu_run(argv2, NULL, NULL), 2);
+  tu_rmrf(dir);
+  free(dir);
+}
