@@ -18,9 +18,9 @@
 //     codes   [M, K] E4M3 bytes, contiguous, 8-byte aligned
 //     scales  fp32 [M, K/128] row-major (scales[m*(K/128) + k/128]), 4-byte aligned: the GEMM's
 //             `sfa` (docs/ops/gemm.md 2.2)
-//     grid    (g, 1, 1), any g >= 1 (grid-stride loop). Recommended g = M*K/8 / 256 = M*K/2048
-//             (exact: K % 128 == 0), i.e. one 8-element chunk per thread; capping g (e.g. at
-//             a multiple of the SM count) is also correct.
+//     grid    (g, 1, 1), any g >= 1 (grid-stride loop). Recommended g = ceil(M*K / 2048)
+//             (= ceil(chunks / 256), chunks = M*K/8): one 8-element chunk per thread. Capping g
+//             (e.g. at a multiple of the SM count) is also correct.
 //     Each x element is read once (one 16-byte load per 8 elements); one 8-byte code store per
 //     8 elements; one scale store per 128 elements.
 //
@@ -40,8 +40,8 @@
 //                   scale s. The GEMM's alpha must include it: alpha = s_a * s_b
 //                   (s_b = the weight's per-tensor scale), computed on the device if a CUDA
 //                   graph is to stay valid when s changes.
-//        grid (g, 1, 1), any g >= 1. Recommended g = M*K/2048 (one chunk per thread); every
-//        CTA first reduces the P partials (P/256 loads per thread), so keep P small (2*SMs).
+//        grid (g, 1, 1), any g >= 1. Recommended g = ceil(M*K/2048) (one chunk per thread);
+//        every CTA first reduces the P partials (P/256 loads per thread), so keep P small (2*SMs).
 //   x is read twice in total (amax pass, quantize pass).
 //
 // ---- Math (exactly what the CPU references compute) -------------------------------------------
