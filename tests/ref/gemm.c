@@ -284,6 +284,19 @@ void skref_gemm_quantize_block_fp8_rows(const uint16_t* x, size_t rows, size_t k
     }
 }
 
+void skref_gemm_quantize_tensor_fp8(const uint16_t* x, size_t rows, size_t k, uint8_t* codes,
+                                    float* scale) {
+  const size_t n = rows * k;
+  float amax = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float v = gemm_tmp_bf16_to_float(x[i]);
+    if (isfinite(v)) amax = fmaxf(amax, fabsf(v));
+  }
+  const float s = amax > 0 ? amax / 448.0f : 1.0f;
+  *scale = s;
+  for (size_t i = 0; i < n; ++i) codes[i] = gemm_tmp_float_to_e4m3(gemm_tmp_bf16_to_float(x[i]) / s);
+}
+
 // ---- pack_weight ---------------------------------------------------------------------------
 
 size_t skref_gemm_padded_k(size_t k) { return cdiv(k, 128) * 128; }

@@ -77,6 +77,13 @@ void skref_gemm_quantize_mxfp8_rows(const uint16_t* x_bf16, size_t rows, size_t 
 // Block-FP8 activation quantizer (block_fp8_linear): bf16 -> E4M3 + fp32 [rows, k/128].
 void skref_gemm_quantize_block_fp8_rows(const uint16_t* x_bf16, size_t rows, size_t k,
                                         uint8_t* codes, float* scales);
+// Tensor-FP8 activation quantizer (tensor_fp8_linear, dynamic per-tensor scale): bf16
+// [rows, k] -> E4M3 codes [rows, k] + one fp32 scale. amax = max |x| over the finite elements
+// (NaN and +-Inf skipped); *scale = amax > 0 ? amax / 448 : 1 (fp32, RN); codes =
+// E4M3(RN, saturating to +-448, NaN -> 0x7F)(x / *scale) with an IEEE fp32 division. The GEMM's
+// alpha must include *scale (alpha = scale_a * scale_b). Device: sk::gemm::act_quant_tensor_fp8.
+void skref_gemm_quantize_tensor_fp8(const uint16_t* x_bf16, size_t rows, size_t k, uint8_t* codes,
+                                    float* scale);
 
 // pack_weight (docs/ops/gemm.md s3): pad K up to kp = roundup(k, 128). Input in the device
 // layouts with k, output with kp (zero codes, 1.0 scales in the padding).
