@@ -25,7 +25,7 @@
 //       = STAGES * (BM + BN) * (RB + 4 * SLABS)    RB = 64 (fp4) / 128 (fp8), SLABS = 2 (nvfp4) / 1
 //     (host C code: sk_sm120_smem_bytes(recipe, BM, BN, STAGES) in gemm/sm120_layout.cuh).
 //     Needs cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) above 48 KB; limit 101376 (99 KB).
-//     128x128, 4 stages: 73728 (nvfp4, mxfp4); 128x128, 3 stages: 101376 (mxfp8, exactly the limit).
+//     128x128: 4 stages 73728 (nvfp4), 69632 (mxfp4); 3 stages 101376 (mxfp8, exactly the limit).
 //   requirements: M >= 1, N >= 1, K % 128 == 0 (else __trap()), ldc >= N; code arrays 16-byte
 //     aligned, scale arrays 4-byte aligned, scale arrays padded to ceil(rows/128)*128 rows as the
 //     layout defines. Only C[m, n] with m < M, n < N is written (edge tiles masked: rows >= M / N
