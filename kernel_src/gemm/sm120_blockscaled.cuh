@@ -46,6 +46,19 @@
 //   in gemm/sm120_layout.cuh, which tests/test_mma_emulation.c runs on the CPU against the
 //   lane-level mma.sync emulation (tests/ref/mma_emu.c) and the double reference.
 #pragma once
+
+// Target detection. nvcc defines __CUDA_ARCH_FEAT_SM120_ALL / __CUDA_ARCH_FEAT_SM121_ALL for
+// sm_120a / sm_121a, but NVRTC 13.0 defines no __CUDA_ARCH_FEAT_SM121_ALL for sm_121a (probed:
+// only __CUDA_ARCH_SPECIFIC__ == 1210), so the arch-specific macro is checked as well. The
+// family targets (sm_120f: __CUDA_ARCH_FAMILY_SPECIFIC__ only) and plain sm_120 are excluded.
+#if defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL) || \
+    (defined(__CUDA_ARCH_SPECIFIC__) && (__CUDA_ARCH_SPECIFIC__ == 1200 || __CUDA_ARCH_SPECIFIC__ == 1210))
+#define SK_SM120_TARGET 1
+#if !defined(SK_GEMM_FORCE_SM120)
+#define SK_GEMM_FORCE_SM120 1  // makes common/mma.cuh emit the block-scaled wrappers on NVRTC sm_121a
+#endif
+#endif
+
 #include "common/defs.cuh"
 #include "common/mma.cuh"
 #include "gemm/gemm_common.cuh"
@@ -289,14 +302,17 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
   static_assert(STAGES >= 2, "cp.async ring needs >= 2 stages");
   static_assert(sk_sm120_smem_bytes(RECIPE, BM, BN, STAGES) <= 101376, "exceeds 99 KB of shared memory per block");
 #if defined(__CUDA_ARCH__)
-#if defined(SK_HAS_SM120_BLOCK_SCALED_MMA)
+#if defined(SK_SM120_TARGET) && defined(SK_HAS_SM120_BLOCK_SCALED_MMA)
   sm120_blockscaled_body<RECIPE, OUT, BM, BN, WARPS_M, WARPS_N, STAGES>(
       a_codes, reinterpret_cast<const u8*>(a_scales), b_codes, reinterpret_cast<const u8*>(b_scales), alpha, c, M, N,
       K, ldc);
+#elif defined(SK_SM120_TARGET)
+  static_assert(Sm120ArchGuard<RECIPE>::kNever,
+                "sm120_blockscaled: common/mma.cuh was included before this header without the SM120 "
+                "block-scaled wrappers; include gemm/sm120_blockscaled.cuh first");
 #else
   static_assert(Sm120ArchGuard<RECIPE>::kNever,
-                "sm120_blockscaled needs sm_120a or sm_121a (block-scaled mma.sync); "
-                "__CUDA_ARCH_FEAT_SM120_ALL / __CUDA_ARCH_FEAT_SM121_ALL is not defined for this target");
+                "sm120_blockscaled needs sm_120a or sm_121a (block-scaled mma.sync); this target is neither");
 #endif
 #endif
 }
