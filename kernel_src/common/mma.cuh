@@ -44,7 +44,10 @@ SK_DEVICE void mma_e4m3_m16n8k32(float (&d)[4], const u32 (&a)[4], const u32 (&b
 // column n of B; within the register, byte BID + j scales the j-th K block of this MMA
 // (1X: 1 block of 32, BID 0..3; 2X: 2 blocks of 32, BID 0 or 2; 4X: 4 blocks of 16, BID 0).
 // TID_A in [0,1], TID_B in [0,3] (ptxas-enforced). Emulated in tests/ref/mma_emu.c.
-#if defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(SK_GEMM_FORCE_SM120)
+// NVRTC 13.0 defines __CUDA_ARCH_FEAT_SM120_ALL for sm_120a but not __CUDA_ARCH_FEAT_SM121_ALL for
+// sm_121a (nvcc does): also accept __CUDA_ARCH_SPECIFIC__ 1200/1210, which both define.
+#if defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(SK_GEMM_FORCE_SM120) || \
+    (defined(__CUDA_ARCH_SPECIFIC__) && (__CUDA_ARCH_SPECIFIC__ == 1200 || __CUDA_ARCH_SPECIFIC__ == 1210))
 #define SK_HAS_SM120_BLOCK_SCALED_MMA 1
 
 template <int BID_A, int TID_A, int BID_B, int TID_B>

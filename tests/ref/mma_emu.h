@@ -42,6 +42,35 @@ int skref_mma_emu(skref_mma_kind kind, const uint32_t a[32][4], const uint32_t b
 void skref_mma_emu_gemm(const skref_gemm_operand* a, const skref_gemm_operand* b, double alpha, double* c,
                         int fault_injection);
 
+// ---- the SM120 kernel itself, block by block (kernel_src/gemm/sm120_blockscaled.cuh) --------
+// Runs the kernel's data movement on the CPU with the SAME index functions the kernel calls
+// (kernel_src/gemm/sm120_layout.cuh is included by both): per block and 128-K stage, the
+// cp.async work items fill a shared-memory image (XOR-swizzled codes, zero-filled rows >= M / N,
+// scale words; untouched bytes hold garbage 0xA5); per warp, ldmatrix.x4 is emulated from the
+// addresses each lane supplies (lane (g,t), register i <- 4 bytes at lane 8i+g's address + 4t),
+// scale registers are read from the image, and skref_mma_emu runs with the kernel's byte-id /
+// thread-id selectors; the epilogue writes c[m*ldc + n] = alpha * acc for m < M, n < N only.
+// Not modelled: the cp.async ring (wait_group / barrier order), FP32 accumulation order, the
+// output rounding (c is double).
+typedef struct {
+  int bm, bn, warps_m, warps_n, stages;
+} skref_sm120_cfg;
+
+enum {
+  SKREF_SM120_FAULT_NONE = 0,
+  SKREF_SM120_FAULT_TID_A = 1,        // thread-id of the two m tiles swapped
+  SKREF_SM120_FAULT_NO_SWIZZLE = 2,   // ldmatrix reads the code tile unswizzled
+  SKREF_SM120_FAULT_SFB_ROW = 3,      // B scale register of lane l taken from tile column l
+  SKREF_SM120_FAULT_BID = 4,          // byte-id stuck at 0 (mxfp4 / mxfp8 only)
+  SKREF_SM120_FAULT_LDSM_B = 5,       // B ldmatrix matrices in A order
+  SKREF_SM120_FAULT_SLAB = 6,         // scale slab index dropped in the global offset (nvfp4 only)
+};
+
+// Returns 0, or -1 for a configuration the kernel's static_asserts reject (recipe, tile shape,
+// 99 KB of shared memory) or K % 128 != 0 (the kernel traps). ldc >= N.
+int skref_sm120_sim_gemm(const skref_gemm_operand* a, const skref_gemm_operand* b, double alpha, double* c,
+                         size_t ldc, const skref_sm120_cfg* cfg, int fault);
+
 #ifdef __cplusplus
 }
 #endif
