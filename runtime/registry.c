@@ -5,7 +5,7 @@
 
 #include "runtime.h"
 
-#define SK_OP_LIST(X) X(sk_op_desc_gemm_blockscaled) X(sk_op_desc_gemm_mxfp8_linear) X(sk_op_desc_gemm_tensor_fp8_linear) X(sk_op_desc_norm_mhc) X(sk_op_desc_quantization_mxfp8) X(sk_op_desc_quantization_nvfp4)
+#define SK_OP_LIST(X) X(sk_op_desc_gemm_block_fp8_linear) X(sk_op_desc_gemm_blockscaled) X(sk_op_desc_gemm_mxfp8_linear) X(sk_op_desc_gemm_tensor_fp8_linear) X(sk_op_desc_norm_mhc) X(sk_op_desc_quantization_mxfp8) X(sk_op_desc_quantization_nvfp4)
 
 #define SK_DECLARE_OP(d) extern const sk_op_desc d;
 SK_OP_LIST(SK_DECLARE_OP)

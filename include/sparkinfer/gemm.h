@@ -101,6 +101,40 @@ SK_API sk_status sk_gemm_tensor_fp8_linear(const DLTensor *x_codes, const DLTens
                                            const DLTensor *out, void *workspace, size_t workspace_bytes,
                                            void *stream);
 
+/* ---- gemm.block_fp8_linear (planned) ------------------------------------------------------ */
+
+/** DeepSeek-V3-style FP8 linear: BF16 activations re-quantized inside the op to E4M3 with one fp32
+ *  scale per 1x128 block (s = amax/448, codes = E4M3(x/s)), times an E4M3 weight with fp32
+ *  128x128 block scales; out = sum over K blocks of (codes . codes) * sA * sB. */
+typedef struct sk_block_fp8_linear_caps {
+  int64_t n;          /**< output features (weight rows), >= 1 */
+  int64_t k;          /**< input features, a multiple of 128 */
+  int64_t max_m;      /**< most tokens per run (>= 1): decides the kernels resolved and the scratch */
+  sk_dtype out;       /**< SK_DTYPE_BF16, SK_DTYPE_FP16 or SK_DTYPE_FP32 */
+  const char *arch;   /**< NULL = the current device's */
+} sk_block_fp8_linear_caps;
+
+typedef struct sk_block_fp8_linear_plan sk_block_fp8_linear_plan;
+
+/** Whether gemm.block_fp8_linear runs on `arch` (sm_89+). Needs no GPU. */
+SK_API int sk_block_fp8_linear_is_supported(const char *arch);
+/** Validate caps and resolve the quantizer and every GEMM kernel M in 1..max_m can use. */
+SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps *caps,
+                                                 sk_block_fp8_linear_plan **plan);
+/** Scratch: the quantized activations (max_m*K codes, max_m*K/128 fp32 scales) and the decode
+ *  split-K workspace. The caller zeroes it ONCE after allocating (the split-K counters must start
+ *  at zero; every run leaves them at zero). */
+SK_API sk_status sk_block_fp8_linear_scratch_spec(const sk_block_fp8_linear_plan *plan, sk_scratch_spec *spec);
+/** Bind x bfloat16 [M, K] (1 <= M <= max_m), w_codes uint8 [N, K], w_scales float32
+ *  [ceil(N/128), K/128], out [M, N] of caps.out, and the scratch. Views only. */
+SK_API sk_status sk_block_fp8_linear_bind(const sk_block_fp8_linear_plan *plan, const DLTensor *x,
+                                          const DLTensor *w_codes, const DLTensor *w_scales, const DLTensor *out,
+                                          void *scratch, size_t scratch_bytes, sk_binding *binding);
+/** Two launches: quantize, then GEMM. No allocation, sync or compile. */
+SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *plan, const sk_binding *binding,
+                                         void *stream);
+SK_API void sk_block_fp8_linear_plan_destroy(sk_block_fp8_linear_plan *plan);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,9 +2,13 @@
  * aliases. Kernels and launch contracts: kernel_src/gemm/gemv_decode.cuh (M <= 16) and
  * kernel_src/gemm/mma_tiled.cuh (M > 16). */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
+#include "../../../kernel_src/gemm/sm120_layout.cuh" /* plain C11 as well: the SM120 smem formula */
 #include "../../embedded.h"
 #include "../../op.h"
 #include "sparkinfer/gemm.h"
@@ -13,6 +17,7 @@
 #define OP "gemm.blockscaled"
 #define DECODE_SOURCE "gemm/gemv_decode.cuh"
 #define TILED_SOURCE "gemm/mma_tiled.cuh"
+#define SM120_SOURCE "gemm/sm120_blockscaled.cuh"
 #define DECODE_MAX_M 16
 #define DECODE_WARPS 4
 #define DECODE_ROW_TILES 2
@@ -63,7 +68,8 @@ SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t 
   return (partials + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (size_t)sk_cdiv(n, DECODE_ROWS_PER_BLOCK) * 4;
 }
 
-/* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"). */
+/* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"); SM120 kernel for the
+ * block-scaled FP4/MXFP8 recipes on sm_120a/sm_121a (docs/ops/gemm.md, "SM120 kernel"). */
 typedef struct tile_cfg { int bm, bn, bk, wm, wn, stages; } tile_cfg;
 static tile_cfg tiled_config(int64_t m, int64_t n) {
   tile_cfg t = {m <= 128 ? 64 : 128, 128, 128, 2, 4, 3};
@@ -77,33 +83,94 @@ static unsigned tiled_smem_bytes(sk_gemm_recipe r, tile_cfg t) {
   return (unsigned)t.stages * (code_bytes + scale_bytes);
 }
 
-static void kernel_name(sk_gemm_recipe r, int out, int64_t m, int64_t n, char *name, size_t size, char *params,
-                        size_t psize) {
+enum { PATH_DECODE = 0, PATH_TILED = 1, PATH_SM120 = 2 };
+
+/* Everything that decides which kernel runs and how it is launched. */
+typedef struct gemm_cfg {
+  int path;
+  const char *source;
+  char name[160], params[128];
+  sk_dim3 grid, block;
+  unsigned smem;
+} gemm_cfg;
+
+static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
   if (m <= DECODE_MAX_M) {
-    snprintf(name, size, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d>", (int)r, out, m <= 8 ? 1 : 2, DECODE_WARPS,
-             DECODE_ROW_TILES);
-    snprintf(params, psize, "recipe=%s out=%s decode tokens<=%d", recipe_names[r], out_names[out], m <= 8 ? 8 : 16);
+    c->path = PATH_DECODE;
+    c->source = DECODE_SOURCE;
+    snprintf(c->name, sizeof c->name, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d>", (int)r, out, m <= 8 ? 1 : 2,
+             DECODE_WARPS, DECODE_ROW_TILES);
+    snprintf(c->params, sizeof c->params, "recipe=%s out=%s decode tokens<=%d", recipe_names[r], out_names[out],
+             m <= 8 ? 8 : 16);
+    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, DECODE_ROWS_PER_BLOCK), 1, 1};
+    c->block = (sk_dim3){32 * DECODE_WARPS, 1, 1};
+    c->smem = 0;
+  } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
+    const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
+    c->path = PATH_SM120;
+    c->source = SM120_SOURCE;
+    snprintf(c->name, sizeof c->name, "sk::gemm::sm120_blockscaled<%d, %d, %d, 128, 128, %d, 4, %d>", (int)r, out, bm, wm,
+             stages);
+    snprintf(c->params, sizeof c->params, "recipe=%s out=%s sm120 tile=%dx128x128 stages=%d", recipe_names[r],
+             out_names[out], bm, stages);
+    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 128), (unsigned)sk_cdiv(m, bm), 1};
+    c->block = (sk_dim3){32u * (unsigned)(wm * 4), 1, 1};
+    c->smem = (unsigned)sk_sm120_smem_bytes((int)r, bm, 128, stages);
   } else {
     tile_cfg t = tiled_config(m, n);
-    snprintf(name, size, "sk::gemm::mma_tiled<%d, %d, %d, %d, %d, %d, %d, %d>", (int)r, out, t.bm, t.bn, t.bk, t.wm,
-             t.wn, t.stages);
-    snprintf(params, psize, "recipe=%s out=%s tile=%dx%dx%d stages=%d", recipe_names[r], out_names[out], t.bm, t.bn,
-             t.bk, t.stages);
+    c->path = PATH_TILED;
+    c->source = TILED_SOURCE;
+    snprintf(c->name, sizeof c->name, "sk::gemm::mma_tiled<%d, %d, %d, %d, %d, %d, %d, %d>", (int)r, out, t.bm, t.bn,
+             t.bk, t.wm, t.wn, t.stages);
+    snprintf(c->params, sizeof c->params, "recipe=%s out=%s tile=%dx%dx%d stages=%d", recipe_names[r], out_names[out],
+             t.bm, t.bn, t.bk, t.stages);
+    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, t.bn), (unsigned)sk_cdiv(m, t.bm), 1};
+    c->block = (sk_dim3){32u * (unsigned)(t.wm * t.wn), 1, 1};
+    c->smem = tiled_smem_bytes(r, t);
   }
 }
 
-static sk_status resolve(sk_gemm_recipe r, int out, int64_t m, int64_t n, const char *arch, sk_kernel **k) {
-  char name[160], params[128];
-  kernel_name(r, out, m, n, name, sizeof name, params, sizeof params);
-  const char *source = m <= DECODE_MAX_M ? DECODE_SOURCE : TILED_SOURCE;
-  if (m > DECODE_MAX_M && !sk_find_embedded_source(TILED_SOURCE))
-    return sk_set_error(SK_ERR_UNSUPPORTED, OP ": M = %lld > %d needs the tiled prefill kernel, which this build lacks",
-                        (long long)m, DECODE_MAX_M);
-  if (!arch) {
-    sk_kernel_request req = {OP, source, name, params, NULL, NULL, 0, 0};
-    return sk_kernel_resolve(&req, k);
+/* The arch one-shot calls target: the current device's, looked up once per process (a process
+ * driving GPUs of different archs should use explicit archs with sk_gemm_prewarm). */
+static char device_arch_cache[SK_MAX_ARCH];
+static pthread_once_t device_arch_once = PTHREAD_ONCE_INIT;
+static void device_arch_load(void) {
+  if (sk_device_arch(-1, device_arch_cache, sizeof device_arch_cache) != SK_OK) device_arch_cache[0] = 0;
+}
+static sk_status device_arch(const char **arch) {
+  pthread_once(&device_arch_once, device_arch_load);
+  if (!device_arch_cache[0]) {
+    char tmp[SK_MAX_ARCH];
+    return sk_device_arch(-1, tmp, sizeof tmp); /* sets the error (no driver, no device, ...) */
   }
-  return sk_op_resolve(OP, source, name, params, arch, k);
+  *arch = device_arch_cache;
+  return SK_OK;
+}
+
+static sk_status resolve_cfg(const gemm_cfg *c, const char *arch, sk_kernel **k) {
+  if (!sk_find_embedded_source(c->source))
+    return sk_set_error(SK_ERR_UNSUPPORTED, OP ": this build lacks %s (needed for %s)", c->source, c->params);
+  SK_TRY(sk_op_resolve(OP, c->source, c->name, c->params, arch, k));
+  if (c->smem <= 48 * 1024) return SK_OK;
+  /* Large dynamic shared memory: set the attribute once per kernel (a driver call), remembered
+   * in a small insert-only list so later calls only scan it. */
+  static sk_kernel *_Atomic done[256];
+  static _Atomic int ndone;
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  int n = atomic_load(&ndone);
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&done[i]) == *k) return SK_OK;
+  void *fn = NULL;
+  sk_kernel_get_info(*k, &fn, NULL, NULL);
+  if (!fn) return SK_OK; /* offline (no GPU): nothing to set; launching will report it */
+  pthread_mutex_lock(&mu);
+  sk_status s = sk_kernel_set_max_dynamic_shared(*k, c->smem);
+  if (s == SK_OK && atomic_load(&ndone) < 256) {
+    atomic_store(&done[atomic_load(&ndone)], *k);
+    atomic_fetch_add(&ndone, 1);
+  }
+  pthread_mutex_unlock(&mu);
+  return s;
 }
 
 /* ---- validation ------------------------------------------------------------------------------ */
@@ -173,13 +240,12 @@ static sk_status validate(sk_gemm_recipe r, const DLTensor *a_codes, const DLTen
 
 /* ---- launch ---------------------------------------------------------------------------------- */
 
-static sk_status launch(sk_gemm_recipe r, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
-  sk_kernel *kern;
-  SK_TRY(resolve(r, x->out, x->m, x->n, NULL, &kern));
+static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe r, const mm_args *x,
+                            void *workspace, size_t ws_bytes, void *stream) {
   const void *ac = x->ac, *as = x->as, *bc = x->bc, *bs = x->bs, *alpha = x->alpha;
   void *c = x->c;
   int m = (int)x->m, n = (int)x->n, k = (int)x->k, ldc = (int)x->n;
-  if (x->m <= DECODE_MAX_M) {
+  if (cfg->path == PATH_DECODE) {
     int splits = (int)decode_k_splits(r, x->n, x->k);
     void *partials = NULL, *counters = NULL;
     if (splits > 1) {
@@ -193,15 +259,22 @@ static sk_status launch(sk_gemm_recipe r, const mm_args *x, void *workspace, siz
     }
     void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc, &splits,
                     &partials, &counters};
-    return sk_kernel_launch(kern, (sk_dim3){(unsigned)sk_cdiv(x->n, DECODE_ROWS_PER_BLOCK), (unsigned)splits, 1},
-                            (sk_dim3){32 * DECODE_WARPS, 1, 1}, 0, stream, args);
+    sk_dim3 grid = cfg->grid;
+    grid.y = (unsigned)splits;
+    return sk_kernel_launch(kern, grid, cfg->block, 0, stream, args);
   }
-  tile_cfg t = tiled_config(x->m, x->n);
-  const unsigned smem = tiled_smem_bytes(r, t);
-  if (smem > 48 * 1024) SK_TRY(sk_kernel_set_max_dynamic_shared(kern, smem));
   void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc};
-  return sk_kernel_launch(kern, (sk_dim3){(unsigned)sk_cdiv(x->n, t.bn), (unsigned)sk_cdiv(x->m, t.bm), 1},
-                          (sk_dim3){32u * (unsigned)(t.wm * t.wn), 1, 1}, smem, stream, args);
+  return sk_kernel_launch(kern, cfg->grid, cfg->block, cfg->smem, stream, args);
+}
+
+static sk_status launch(sk_gemm_recipe r, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
+  const char *arch;
+  SK_TRY(device_arch(&arch));
+  gemm_cfg cfg;
+  gemm_config(r, x->out, x->m, x->n, arch, &cfg);
+  sk_kernel *kern;
+  SK_TRY(resolve_cfg(&cfg, arch, &kern));
+  return launch_cfg(kern, &cfg, r, x, workspace, ws_bytes, stream);
 }
 
 SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
@@ -218,10 +291,17 @@ SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int6
   if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad out dtype");
   if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: no M values");
   if (n < 1 || k < 128 || k % 128) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad N or K");
+  char buf[SK_MAX_ARCH];
+  if (!arch) {
+    SK_TRY(sk_device_arch(-1, buf, sizeof buf));
+    arch = buf;
+  }
   for (size_t i = 0; i < num_ms; i++) {
     if (ms[i] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: M values must be >= 1");
+    gemm_cfg cfg;
+    gemm_config(recipe, (int)out, ms[i], n, arch, &cfg);
     sk_kernel *kern;
-    SK_TRY(resolve(recipe, (int)out, ms[i], n, arch, &kern));
+    SK_TRY(resolve_cfg(&cfg, arch, &kern));
   }
   return SK_OK;
 }
@@ -369,10 +449,10 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
     if (!cJSON_IsNumber(it) || !(it->valuedouble >= 1 && it->valuedouble <= 2147483647.0))
       return sk_set_error(SK_ERR_MANIFEST, "caps.m: M values must be whole numbers in [1, 2^31)");
     const int64_t m = (int64_t)it->valuedouble;
-    if (m > DECODE_MAX_M && !sk_find_embedded_source(TILED_SOURCE)) continue;
-    char name[160], params[128];
-    kernel_name((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, name, sizeof name, params, sizeof params);
-    sk_kernel_request req = {OP, m <= DECODE_MAX_M ? DECODE_SOURCE : TILED_SOURCE, name, params, arch, NULL, 0, 0};
+    gemm_cfg cfg;
+    gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, arch, &cfg);
+    if (!sk_find_embedded_source(cfg.source)) continue; /* a kernel this build lacks */
+    sk_kernel_request req = {OP, cfg.source, cfg.name, cfg.params, arch, NULL, 0, 0};
     SK_TRY(sk_request_list_add(out, &req));
   }
   if (forced == SK_GEMM_MXFP8) {
@@ -409,4 +489,175 @@ const sk_op_desc sk_op_desc_gemm_tensor_fp8_linear = {
      "sm_89+,sm_90a,sm_120a,sm_121a"},
     gemm_supported,
     tensor_fp8_linear_requests,
+};
+
+/* ---- gemm.block_fp8_linear (planned) --------------------------------------------------------- */
+
+#define BFP8_OP "gemm.block_fp8_linear"
+#define ACTQ_SOURCE "gemm/act_quant.cuh"
+#define ACTQ_NAME "sk::gemm::act_quant_block_fp8<1>"
+enum { BFP8_DECODE8, BFP8_DECODE16, BFP8_TILED64, BFP8_TILED128, BFP8_CFGS };
+
+struct sk_block_fp8_linear_plan {
+  sk_block_fp8_linear_caps caps;
+  char arch[SK_MAX_ARCH];
+  sk_kernel *quant;
+  gemm_cfg cfg[BFP8_CFGS];
+  sk_kernel *kern[BFP8_CFGS]; /* NULL where max_m never reaches that regime */
+  sk_scratch_layout scratch;
+  int r_codes, r_scales, r_ws;
+};
+
+/* The M each regime is configured for (the configuration depends only on the regime). */
+static const int64_t bfp8_regime_m[BFP8_CFGS] = {8, 16, 128, 129};
+static int bfp8_regime(int64_t m) { return m <= 8 ? BFP8_DECODE8 : m <= 16 ? BFP8_DECODE16 : m <= 128 ? BFP8_TILED64 : BFP8_TILED128; }
+
+SK_API int sk_block_fp8_linear_is_supported(const char *arch) { return sk_gemm_is_supported(SK_GEMM_BLOCK_FP8, arch); }
+
+SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps *caps, sk_block_fp8_linear_plan **out) {
+  if (!caps || !out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": caps or plan out-pointer is NULL");
+  *out = NULL;
+  if (caps->n < 1 || caps->n > INT32_MAX || caps->k < 128 || caps->k % 128 || caps->k > ((int64_t)1 << 30))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": N = %lld must be >= 1 and K = %lld a positive multiple of 128",
+                        (long long)caps->n, (long long)caps->k);
+  if (caps->max_m < 1 || caps->max_m > ((int64_t)1 << 34) / caps->k)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": max_m = %lld must be >= 1 with max_m*K <= 2^34",
+                        (long long)caps->max_m);
+  if (caps->out < SK_DTYPE_BF16 || caps->out > SK_DTYPE_FP32)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": out must be SK_DTYPE_BF16, _FP16 or _FP32");
+  sk_block_fp8_linear_plan *p = calloc(1, sizeof *p);
+  if (!p) return sk_set_error(SK_ERR_OUT_OF_MEMORY, BFP8_OP ": out of memory");
+  p->caps = *caps;
+  sk_status s = sk_op_arch(BFP8_OP, caps->arch, p->arch);
+  if (s == SK_OK && !sk_block_fp8_linear_is_supported(p->arch))
+    s = sk_set_error(SK_ERR_UNSUPPORTED, BFP8_OP ": arch %s is not supported (needs sm_89 or newer)", p->arch);
+  p->caps.arch = p->arch;
+  if (s == SK_OK) s = sk_op_resolve(BFP8_OP, ACTQ_SOURCE, ACTQ_NAME, "cvt=hw", p->arch, &p->quant);
+  for (int i = 0; s == SK_OK && i < BFP8_CFGS; i++) {
+    if (i > bfp8_regime(caps->max_m)) break;
+    gemm_config(SK_GEMM_BLOCK_FP8, (int)caps->out, bfp8_regime_m[i], caps->n, p->arch, &p->cfg[i]);
+    s = resolve_cfg(&p->cfg[i], p->arch, &p->kern[i]);
+  }
+  if (s == SK_OK) {
+    const int64_t m = caps->max_m, k = caps->k;
+    p->r_codes = sk_scratch_add(&p->scratch, (size_t)(m * k));
+    p->r_scales = sk_scratch_add(&p->scratch, (size_t)(m * (k / 128)) * 4);
+    p->r_ws = sk_scratch_add(&p->scratch, sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, m < 16 ? m : 16, caps->n, k));
+    if (p->r_codes < 0 || p->r_scales < 0 || p->r_ws < 0) s = SK_ERR_INTERNAL;
+  }
+  if (s != SK_OK) {
+    free(p);
+    return s;
+  }
+  cJSON *j = cJSON_CreateObject();
+  if (j) {
+    cJSON_AddNumberToObject(j, "n", (double)caps->n);
+    cJSON_AddNumberToObject(j, "k", (double)caps->k);
+    cJSON_AddNumberToObject(j, "max_m", (double)caps->max_m);
+    cJSON_AddStringToObject(j, "out", out_names[caps->out]);
+    sk_warmup_note_op(BFP8_OP, j);
+    cJSON_Delete(j);
+  }
+  *out = p;
+  return SK_OK;
+}
+
+SK_API sk_status sk_block_fp8_linear_scratch_spec(const sk_block_fp8_linear_plan *p, sk_scratch_spec *spec) {
+  if (!p || !spec) return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP " scratch_spec: NULL argument");
+  *spec = sk_scratch_spec_of(&p->scratch);
+  return SK_OK;
+}
+
+SK_API void sk_block_fp8_linear_plan_destroy(sk_block_fp8_linear_plan *p) { free(p); }
+
+/* Binding: ptr 0 x, 1 codes, 2 scales, 3 w codes, 4 w scales, 5 out, 6 workspace;
+ * dim 0 M, 1 regime, 2 workspace bytes. */
+SK_API sk_status sk_block_fp8_linear_bind(const sk_block_fp8_linear_plan *p, const DLTensor *x, const DLTensor *w_codes,
+                                          const DLTensor *w_scales, const DLTensor *out, void *scratch,
+                                          size_t scratch_bytes, sk_binding *binding) {
+  if (!p || !binding) return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP " bind: plan or binding is NULL");
+  const int64_t n = p->caps.n, k = p->caps.k;
+  sk_binding b;
+  sk_binding_init(&b, p);
+  sk_tensor_spec xs = {"x", SK_DL_BF16, 2, {-1, k}, 16};
+  SK_TRY(sk_check_tensor(BFP8_OP " bind", x, &xs, &b.ptr[0]));
+  const int64_t m = x->shape[0];
+  if (m < 1 || m > p->caps.max_m)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP " bind: x has %lld rows; the plan takes 1..%lld (max_m)",
+                        (long long)m, (long long)p->caps.max_m);
+  sk_tensor_spec wc = {"w_codes", SK_DL_U8, 2, {n, k}, 16}, ws = {"w_scales", SK_DL_FP32, 2, {sk_cdiv(n, 128), k / 128}, 4};
+  SK_TRY(sk_check_tensor(BFP8_OP " bind", w_codes, &wc, &b.ptr[3]));
+  SK_TRY(sk_check_tensor(BFP8_OP " bind", w_scales, &ws, &b.ptr[4]));
+  static const DLDataType outs[3] = {{kDLBfloat, 16, 1}, {kDLFloat, 16, 1}, {kDLFloat, 32, 1}};
+  sk_tensor_spec os = {"out", outs[p->caps.out], 2, {m, n}, p->caps.out == SK_DTYPE_FP32 ? 4 : 2};
+  SK_TRY(sk_check_tensor(BFP8_OP " bind", out, &os, &b.ptr[5]));
+  void *views[8] = {0};
+  SK_TRY(sk_scratch_bind(BFP8_OP " bind", &p->scratch, scratch, scratch_bytes, views));
+  b.ptr[1] = views[p->r_codes];
+  b.ptr[2] = views[p->r_scales];
+  b.ptr[6] = views[p->r_ws];
+  b.dim[0] = m;
+  b.dim[1] = bfp8_regime(m);
+  b.dim[2] = (int64_t)p->scratch.size[p->r_ws];
+  *binding = b;
+  return SK_OK;
+}
+
+SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *p, const sk_binding *b, void *stream) {
+  if (SK_UNLIKELY(!p)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP " run: plan is NULL");
+  SK_TRY(sk_binding_check(BFP8_OP, b, p));
+  const void *x = b->ptr[0];
+  void *codes = b->ptr[1], *scales = b->ptr[2];
+  int m = (int)b->dim[0], k = (int)p->caps.k;
+  void *qargs[] = {(void *)&x, &m, &k, &codes, &scales};
+  SK_TRY(sk_kernel_launch(p->quant, (sk_dim3){(unsigned)sk_cdiv((int64_t)m * k, 2048), 1, 1}, (sk_dim3){256, 1, 1}, 0,
+                          stream, qargs));
+  mm_args a = {codes, scales, b->ptr[3], b->ptr[4], NULL, b->ptr[5], m, p->caps.n, k, (int)p->caps.out};
+  const int regime = (int)b->dim[1];
+  gemm_cfg cfg = p->cfg[regime];
+  if (cfg.path != PATH_DECODE) cfg.grid.y = (unsigned)sk_cdiv(m, regime == BFP8_TILED64 ? 64 : 128);
+  return launch_cfg(p->kern[regime], &cfg, SK_GEMM_BLOCK_FP8, &a, b->ptr[6], (size_t)b->dim[2], stream);
+}
+
+static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list *out) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, j) {
+    if (!it->string || (strcmp(it->string, "n") && strcmp(it->string, "k") && strcmp(it->string, "max_m") &&
+                        strcmp(it->string, "out")))
+      return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", it->string ? it->string : "?");
+  }
+  const cJSON *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *kj = cJSON_GetObjectItemCaseSensitive(j, "k"),
+              *mj = cJSON_GetObjectItemCaseSensitive(j, "max_m"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out");
+  if (!cJSON_IsNumber(nj) || !(nj->valuedouble >= 1 && nj->valuedouble < 2147483648.0))
+    return sk_set_error(SK_ERR_MANIFEST, "caps.n: expected a whole number in [1, 2^31)");
+  if (!cJSON_IsNumber(kj) || !(kj->valuedouble >= 128 && kj->valuedouble <= 1073741824.0) || fmod(kj->valuedouble, 128) != 0)
+    return sk_set_error(SK_ERR_MANIFEST, "caps.k: expected a positive multiple of 128");
+  if (!cJSON_IsNumber(mj) || !(mj->valuedouble >= 1 && mj->valuedouble < 17179869184.0))
+    return sk_set_error(SK_ERR_MANIFEST, "caps.max_m: expected a whole number >= 1");
+  int o = 0;
+  if (oj) {
+    o = -1;
+    for (int i = 0; cJSON_IsString(oj) && i < 3; i++)
+      if (!strcmp(oj->valuestring, out_names[i])) o = i;
+    if (o < 0) return sk_set_error(SK_ERR_MANIFEST, "caps.out: expected bf16, fp16 or fp32");
+  }
+  sk_kernel_request q = {BFP8_OP, ACTQ_SOURCE, ACTQ_NAME, "cvt=hw", arch, NULL, 0, 0};
+  SK_TRY(sk_request_list_add(out, &q));
+  for (int i = 0; i <= bfp8_regime((int64_t)mj->valuedouble); i++) {
+    gemm_cfg cfg;
+    gemm_config(SK_GEMM_BLOCK_FP8, o, bfp8_regime_m[i], (int64_t)nj->valuedouble, arch, &cfg);
+    if (!sk_find_embedded_source(cfg.source)) continue;
+    sk_kernel_request r = {BFP8_OP, cfg.source, cfg.name, cfg.params, arch, NULL, 0, 0};
+    SK_TRY(sk_request_list_add(out, &r));
+  }
+  return SK_OK;
+}
+
+static bool bfp8_supported(const char *arch) { return sk_block_fp8_linear_is_supported(arch); }
+
+const sk_op_desc sk_op_desc_gemm_block_fp8_linear = {
+    {BFP8_OP, SK_OP_PLANNED, "DeepSeek-V3 FP8 linear: BF16 x re-quantized to 1x128 E4M3 blocks x 128x128-scaled E4M3 W",
+     "sm_89+,sm_90a,sm_120a,sm_121a"},
+    bfp8_supported,
+    bfp8_requests,
 };
