@@ -143,7 +143,7 @@ SK_DEVICE void copy_block_async(u8* dst, const u8* src, int bytes, bool aligned1
 }
 
 template <int RECIPE, int OUT, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
-__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N)
+__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
     mma_tiled(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
               const void* __restrict__ b_scales, const float* __restrict__ alpha, void* __restrict__ c, int M, int N,
               int K, int ldc) {
