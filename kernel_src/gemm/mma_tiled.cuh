@@ -48,6 +48,8 @@
 //     block_fp8 accumulates the whole 128 slab, then acc += tmp * (sfa*sfb); tensor_fp8 MMAs
 //     straight into acc. Smem rows are 128 bytes; 16-byte chunk c of row r is stored at chunk
 //     c ^ 2*(r%4), which makes the 8-byte loads conflict-free per half-warp.
+//     sm_90 has no native FP8 mma.sync: there each fragment is converted once to FP16 (exact) and
+//     each 32-block runs as two m16n8k16 f16 MMAs with the same K slot map (SK_TILED_FP8_NATIVE).
 //   * FP4 recipes: lane t loads the 16 bytes (32 elements) t of its rows' 64-byte slab row; quad
 //     q = 0..7 of that chunk is dequantized exactly (E2M1 x scale) into the MMA's k16 registers:
 //     nvfp4 in FP16 (m16n8k16 f16), mxfp4 in BF16 (m16n8k16 bf16), as the decode kernel does.
