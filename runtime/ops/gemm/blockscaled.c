@@ -71,16 +71,24 @@ SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t 
 /* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"); SM120 kernel for the
  * block-scaled FP4/MXFP8 recipes on sm_120a/sm_121a (docs/ops/gemm.md, "SM120 kernel"). */
 typedef struct tile_cfg { int bm, bn, bk, wm, wn, stages; } tile_cfg;
+/* The heuristic of docs/ops/gemm.md (Prefill kernel, tile heuristic); SK_GEMM_PREFILL_TILE
+ * overrides is not offered yet: any config meeting the kernel contract works, but only these are
+ * precompiled in tools/manifests/kernels-gemm-prefill.json. */
 static tile_cfg tiled_config(int64_t m, int64_t n) {
-  tile_cfg t = {m <= 128 ? 64 : 128, 128, 128, 2, 4, 3};
-  (void)n;
-  return t;
+  const int64_t sms = sm_count();
+  if (m <= 128) {
+    if (sk_cdiv(n, 128) >= sms) return (tile_cfg){64, 128, 128, 1, 4, 3};
+    return (tile_cfg){64, 64, 128, 2, 2, 4};
+  }
+  if (sk_cdiv(m, 128) * sk_cdiv(n, 128) >= sms) return (tile_cfg){128, 128, 128, 2, 4, 3};
+  return (tile_cfg){128, 64, 128, 2, 2, 3};
 }
+/* Mirror of sk::gemm::mma_tiled_smem_bytes. */
 static unsigned tiled_smem_bytes(sk_gemm_recipe r, tile_cfg t) {
-  /* codes of A and B tiles per stage (+ their scale bytes), as the kernel lays them out. */
-  const unsigned code_bytes = (unsigned)((t.bm + t.bn) * (recipe_fp4(r) ? t.bk / 2 : t.bk));
-  const unsigned scale_bytes = (unsigned)((t.bm + t.bn) * 16);
-  return (unsigned)t.stages * (code_bytes + scale_bytes);
+  const unsigned row_bytes = (unsigned)(recipe_fp4(r) ? t.bk / 2 : t.bk);
+  const unsigned sa = r == SK_GEMM_NVFP4 ? 1024u : r <= SK_GEMM_MXFP8 ? 512u : r == SK_GEMM_BLOCK_FP8 ? 4u * (unsigned)t.bm : 0u;
+  const unsigned sb = r == SK_GEMM_NVFP4 ? 1024u : r <= SK_GEMM_MXFP8 ? 512u : r == SK_GEMM_BLOCK_FP8 ? 16u : 0u;
+  return (unsigned)t.stages * ((unsigned)(t.bm + t.bn) * row_bytes + sa + sb);
 }
 
 enum { PATH_DECODE = 0, PATH_TILED = 1, PATH_SM120 = 2 };
@@ -92,6 +100,7 @@ typedef struct gemm_cfg {
   char name[160], params[128];
   sk_dim3 grid, block;
   unsigned smem;
+  int bm; /* rows of C per block (tiled and SM120 paths) */
 } gemm_cfg;
 
 static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
@@ -116,6 +125,7 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
     c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 128), (unsigned)sk_cdiv(m, bm), 1};
     c->block = (sk_dim3){32u * (unsigned)(wm * 4), 1, 1};
     c->smem = (unsigned)sk_sm120_smem_bytes((int)r, bm, 128, stages);
+    c->bm = bm;
   } else {
     tile_cfg t = tiled_config(m, n);
     c->path = PATH_TILED;
@@ -127,6 +137,7 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
     c->grid = (sk_dim3){(unsigned)sk_cdiv(n, t.bn), (unsigned)sk_cdiv(m, t.bm), 1};
     c->block = (sk_dim3){32u * (unsigned)(t.wm * t.wn), 1, 1};
     c->smem = tiled_smem_bytes(r, t);
+    c->bm = t.bm;
   }
 }
 
@@ -615,7 +626,7 @@ SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *p, cons
   mm_args a = {codes, scales, b->ptr[3], b->ptr[4], NULL, b->ptr[5], m, p->caps.n, k, (int)p->caps.out};
   const int regime = (int)b->dim[1];
   gemm_cfg cfg = p->cfg[regime];
-  if (cfg.path != PATH_DECODE) cfg.grid.y = (unsigned)sk_cdiv(m, regime == BFP8_TILED64 ? 64 : 128);
+  if (cfg.path != PATH_DECODE) cfg.grid.y = (unsigned)sk_cdiv(m, cfg.bm);
   return launch_cfg(p->kern[regime], &cfg, SK_GEMM_BLOCK_FP8, &a, b->ptr[6], (size_t)b->dim[2], stream);
 }
 
