@@ -16,8 +16,10 @@
 
 static char *dir;
 static void setup(void) {
+  /* SK_GPU_TEST_CACHE: a cache prebuilt with sk-warm (tools/gpu-run.sh), so the GPU run does
+   * not spend its minutes compiling; else a fresh cache. */
   dir = tu_tempdir("gpugemm");
-  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  setenv("SPARKINFER_CACHE_DIR", getenv("SK_GPU_TEST_CACHE") ? getenv("SK_GPU_TEST_CACHE") : dir, 1);
   CUDA_OK(cudaSetDevice(0));
   CUDA_OK(cudaFree(0));
 }
@@ -257,4 +259,63 @@ Test(gpu_gemm, graph_replay_after_prewarm_and_freeze, .init = setup, .fini = tea
   free_operand(&da); free_operand(&db);
   CUDA_OK(cudaFree(dc)); CUDA_OK(cudaFree(ws));
   free(ac); free(bc); free(as); free(bs); free(eager); free(rep);
+}
+
+Test(gpu_gemm, block_fp8_linear_matches_quantize_then_reference, .init = setup, .fini = teardown, .timeout = 300) {
+  uint64_t seed = skref_test_seed("gpu block_fp8_linear"), rng = seed;
+  skref_rng qr;
+  skref_rng_seed(&qr, seed);
+  const size_t n = 640, k = 1024, max_m = 300;
+  sk_block_fp8_linear_caps caps = {n, k, max_m, SK_DTYPE_BF16, NULL};
+  sk_block_fp8_linear_plan *plan;
+  SK_OK_OR_FAIL(sk_block_fp8_linear_plan_create(&caps, &plan));
+  sk_scratch_spec spec;
+  SK_OK_OR_FAIL(sk_block_fp8_linear_scratch_spec(plan, &spec));
+  void *scratch;
+  CUDA_OK(cudaMalloc(&scratch, spec.bytes));
+  CUDA_OK(cudaMemset(scratch, 0, spec.bytes));
+  uint8_t *wc = malloc(n * k);
+  void *wsc = malloc(skref_gemm_scale_bytes(SKREF_GEMM_BLOCK_FP8, SKREF_GEMM_B, n, k));
+  skref_gemm_random_operand(SKREF_GEMM_BLOCK_FP8, SKREF_GEMM_B, n, k, &rng, wc, wsc);
+  dev_operand dw;
+  upload_operand(SKREF_GEMM_BLOCK_FP8, SKREF_GEMM_B, n, k, wc, wsc, &dw);
+  const size_t ms[] = {1, 16, 100, 300};
+  for (size_t mi = 0; mi < 4; mi++) {
+    const size_t m = ms[mi];
+    uint16_t *x = malloc(m * k * 2);
+    skref_fill_normal(&qr, x, m * k, SKREF_BF16, 1.0f, 0.002, 40.0f);
+    uint8_t *xc = malloc(m * k);
+    float *xs = malloc(m * (k / 128) * 4);
+    skref_gemm_quantize_block_fp8_rows(x, m, k, xc, xs);
+    skref_gemm_operand oa = {SKREF_GEMM_BLOCK_FP8, SKREF_GEMM_A, m, k, xc, xs}, ob = {SKREF_GEMM_BLOCK_FP8, SKREF_GEMM_B, n, k, wc, wsc};
+    double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
+    skref_gemm(&oa, &ob, 1.0, ref, abs_sum);
+    void *dx, *dout;
+    CUDA_OK(cudaMalloc(&dx, m * k * 2));
+    CUDA_OK(cudaMemcpy(dx, x, m * k * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&dout, m * n * 2));
+    CUDA_OK(cudaMemset(dout, 0xff, m * n * 2));
+    int64_t xs_shape[2] = {(int64_t)m, (int64_t)k}, os[2] = {(int64_t)m, (int64_t)n};
+    DLTensor tx = tensor(dx, out_dt[0], 2, xs_shape), to = tensor(dout, out_dt[0], 2, os);
+    sk_binding b;
+    SK_OK_OR_FAIL(sk_block_fp8_linear_bind(plan, &tx, &dw.tc, &dw.ts, &to, scratch, spec.bytes, &b));
+    SK_OK_OR_FAIL(sk_block_fp8_linear_run(plan, &b, NULL));
+    CUDA_OK(cudaDeviceSynchronize());
+    uint16_t *got = malloc(m * n * 2);
+    CUDA_OK(cudaMemcpy(got, dout, m * n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < m * n; i++) {
+      double g = skref_gemm_load_out(SKREF_GEMM_OUT_BF16, got, i), tol = skref_gemm_tolerance(SKREF_GEMM_OUT_BF16, ref[i], abs_sum[i], k);
+      if (!(fabs(g - ref[i]) <= tol)) {
+        GEMM_FAIL("seed %llu block_fp8_linear M=%zu: out[%zu] = %.9g, ref %.9g", (unsigned long long)seed, m, i, g, ref[i]);
+        break;
+      }
+    }
+    CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dout));
+    free(x); free(xc); free(xs); free(ref); free(abs_sum); free(got);
+  }
+  free_operand(&dw);
+  CUDA_OK(cudaFree(scratch));
+  free(wc); free(wsc);
+  sk_block_fp8_linear_plan_destroy(plan);
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }

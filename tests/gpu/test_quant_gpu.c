@@ -13,8 +13,10 @@
 
 static char *dir;
 static void setup(void) {
+  /* SK_GPU_TEST_CACHE: a cache prebuilt with sk-warm (tools/gpu-run.sh), so the GPU run does
+   * not spend its minutes compiling; else a fresh cache. */
   dir = tu_tempdir("gpuq");
-  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  setenv("SPARKINFER_CACHE_DIR", getenv("SK_GPU_TEST_CACHE") ? getenv("SK_GPU_TEST_CACHE") : dir, 1);
   CUDA_OK(cudaSetDevice(0));
   CUDA_OK(cudaFree(0));
 }
