@@ -78,7 +78,15 @@ static void free_operand(dev_operand *d) {
   if (d->scales) CUDA_OK(cudaFree(d->scales));
 }
 
-/* One mm call vs the reference; returns 1 when every element passed. */
+/* |got - ref| <= tol, where an FP16 result beyond the largest finite value (65504; RN sends
+ * |x| >= 65520 to infinity) must be the infinity of the reference's sign. NaN never passes. */
+static int out_close(skref_gemm_out t, double got, double ref, double tol) {
+  if (t == SKREF_GEMM_OUT_FP16 && fabs(ref) - tol >= 65520.0) return isinf(got) && (got > 0) == (ref > 0);
+  if (t == SKREF_GEMM_OUT_FP16 && fabs(ref) + tol >= 65520.0 && isinf(got)) return (got > 0) == (ref > 0);
+  return fabs(got - ref) <= tol;
+}
+
+/* One mm call vs the reference. */
 static void check_mm(skref_gemm_recipe r, int out, size_t m, size_t n, size_t k, int use_ws, uint64_t *rng, uint64_t seed) {
   uint8_t *ac = malloc(skref_gemm_code_bytes(r, m, k)), *bc = malloc(skref_gemm_code_bytes(r, n, k));
   void *as = malloc(skref_gemm_scale_bytes(r, SKREF_GEMM_A, m, k) + 4), *bs = malloc(skref_gemm_scale_bytes(r, SKREF_GEMM_B, n, k) + 4);
@@ -89,6 +97,16 @@ static void check_mm(skref_gemm_recipe r, int out, size_t m, size_t n, size_t k,
   float alpha = (float)(0.5 + skref_gemm_rand_uniform(rng));
   double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
   skref_gemm(&oa, &ob, alpha, ref, abs_sum);
+  if (out == SKREF_GEMM_OUT_FP16) {
+    /* FP8 products reach 2e5 and beyond: keep most of the FP16 range in use without overflowing,
+     * so every element is checked against a finite value (overflow has its own case below). */
+    double peak = 0;
+    for (size_t i = 0; i < m * n; i++) peak = fmax(peak, fabs(ref[i]));
+    if (peak > 30000) {
+      alpha = (float)(alpha * (30000 / peak));
+      skref_gemm(&oa, &ob, alpha, ref, abs_sum);
+    }
+  }
   dev_operand da, db;
   upload_operand(r, SKREF_GEMM_A, m, k, ac, as, &da);
   upload_operand(r, SKREF_GEMM_B, n, k, bc, bs, &db);
@@ -120,7 +138,7 @@ static void check_mm(skref_gemm_recipe r, int out, size_t m, size_t n, size_t k,
   for (size_t i = 0; i < m * n; i++) {
     double got = skref_gemm_load_out((skref_gemm_out)out, host[0], i);
     double tol = skref_gemm_tolerance((skref_gemm_out)out, ref[i], abs_sum[i], k);
-    if (!(fabs(got - ref[i]) <= tol)) {
+    if (!out_close((skref_gemm_out)out, got, ref[i], tol)) {
       GEMM_FAIL("seed %llu %s out %d M=%zu N=%zu K=%zu ws %d: C[%zu,%zu] = %.9g, ref %.9g, tol %.3g",
                 (unsigned long long)seed, skref_gemm_recipe_name(r), out, m, n, k, (int)(wsb > 0), i / n, i % n, got,
                 ref[i], tol);
@@ -132,6 +150,43 @@ static void check_mm(skref_gemm_recipe r, int out, size_t m, size_t n, size_t k,
   CUDA_OK(cudaFree(dalpha)); CUDA_OK(cudaFree(dc));
   if (ws) CUDA_OK(cudaFree(ws));
   free(ac); free(bc); free(as); free(bs); free(ref); free(abs_sum);
+}
+
+/* tensor_fp8 with FP16 output and alpha 1: outputs past 65504 must be the right infinities. */
+static void check_mm_overflow(uint64_t *rng, uint64_t seed) {
+  const size_t m = 2, n = 512, k = 2048;
+  uint8_t *ac = malloc(m * k), *bc = malloc(n * k);
+  skref_gemm_random_operand(SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_A, m, k, rng, ac, NULL);
+  skref_gemm_random_operand(SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_B, n, k, rng, bc, NULL);
+  skref_gemm_operand oa = {SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_A, m, k, ac, NULL}, ob = {SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_B, n, k, bc, NULL};
+  double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
+  skref_gemm(&oa, &ob, 1.0, ref, abs_sum);
+  dev_operand da, db;
+  upload_operand(SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_A, m, k, ac, NULL, &da);
+  upload_operand(SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_B, n, k, bc, NULL, &db);
+  void *dc;
+  CUDA_OK(cudaMalloc(&dc, m * n * 2));
+  CUDA_OK(cudaMemset(dc, 0xff, m * n * 2));
+  int64_t cs[2] = {(int64_t)m, (int64_t)n};
+  DLTensor tc = tensor(dc, out_dt[1], 2, cs);
+  SK_OK_OR_FAIL(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &da.tc, NULL, &db.tc, NULL, NULL, &tc, NULL, 0, NULL));
+  CUDA_OK(cudaDeviceSynchronize());
+  uint16_t *got = malloc(m * n * 2);
+  CUDA_OK(cudaMemcpy(got, dc, m * n * 2, cudaMemcpyDeviceToHost));
+  int overflowed = 0;
+  for (size_t i = 0; i < m * n; i++) {
+    double g = skref_gemm_load_out(SKREF_GEMM_OUT_FP16, got, i);
+    double tol = skref_gemm_tolerance(SKREF_GEMM_OUT_FP16, ref[i], abs_sum[i], k);
+    overflowed += fabs(ref[i]) >= 65520.0;
+    if (!out_close(SKREF_GEMM_OUT_FP16, g, ref[i], tol)) {
+      GEMM_FAIL("seed %llu fp16 overflow case: C[%zu] = %g, ref %.9g", (unsigned long long)seed, i, g, ref[i]);
+      break;
+    }
+  }
+  cr_expect_gt(overflowed, 0, "seed %llu: the overflow case produced no overflow", (unsigned long long)seed);
+  free_operand(&da); free_operand(&db);
+  CUDA_OK(cudaFree(dc));
+  free(ac); free(bc); free(ref); free(abs_sum); free(got);
 }
 
 static int have_tiled(void) {
@@ -150,6 +205,8 @@ Test(gpu_gemm, decode_every_recipe_and_output, .init = setup, .fini = teardown, 
     for (int o = 0; o < 3; o++)
       for (size_t mi = 0; mi < 5; mi++) check_mm((skref_gemm_recipe)r, o, ms[mi], 2880, 2048, (int)(mi % 2), &rng, seed);
   /* Real widths, BF16 out, with the split-K workspace. */
+  /* FP16 overflow: no alpha scaling for this one, FP8 products overflow and must give +-inf. */
+  check_mm_overflow(&rng, seed);
   for (int r = 0; r < 5; r++) {
     check_mm((skref_gemm_recipe)r, 0, 1, 28672, 4096, 1, &rng, seed);
     check_mm((skref_gemm_recipe)r, 0, 16, 4096, 7168, 1, &rng, seed);
