@@ -10,31 +10,14 @@
 
 #include <cuda_runtime.h>
 
+#include "bench_util.h"
+
 #include "ref/gemm.h"
 #include "sparkinfer/gemm.h"
 #include "sparkinfer/jit.h"
 #include "sparkinfer/quantization.h"
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
-  } while (0)
 
-static int cmp_f(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-static DLTensor T(void *p, DLDataType dt, int nd, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCUDA;
-  t.dtype = dt;
-  t.ndim = nd;
-  t.shape = shape;
-  return t;
-}
 static void *dev_random(size_t bytes, uint64_t *rng, int scale_like) {
   void *d;
   CK(cudaMalloc(&d, bytes));
@@ -103,11 +86,11 @@ int main(void) {
         int64_t acs[2] = {m, fp4 ? k / 2 : k}, bcs[2] = {n, fp4 ? k / 2 : k}, cs[2] = {m, n};
         int64_t ass[2] = {r == 3 ? m : (int64_t)ascales, k / 128}, bss[2] = {r == 3 ? (n + 127) / 128 : (int64_t)bscales, k / 128};
         DLDataType u8 = {kDLUInt, 8, 1}, f32 = {kDLFloat, 32, 1}, bf = {kDLBfloat, 16, 1};
-        DLTensor ta = T(a, u8, 2, acs), tas = T(as, r == 3 ? f32 : u8, r == 3 ? 2 : 1, ass), tc = T(c, bf, 2, cs);
+        DLTensor ta = bench_tensor(a, u8, 2, acs), tas = bench_tensor(as, r == 3 ? f32 : u8, r == 3 ? 2 : 1, ass), tc = bench_tensor(c, bf, 2, cs);
         DLTensor tb[3], tbs[3];
         for (int i = 0; i < 3; i++) {
-          tb[i] = T(b[i], u8, 2, bcs);
-          tbs[i] = T(bs[i], r == 3 ? f32 : u8, r == 3 ? 2 : 1, bss);
+          tb[i] = bench_tensor(b[i], u8, 2, bcs);
+          tbs[i] = bench_tensor(bs[i], r == 3 ? f32 : u8, r == 3 ? 2 : 1, bss);
         }
         int bad = 0;
         for (int i = 0; i < 6 && !bad; i++)
@@ -129,7 +112,7 @@ int main(void) {
             CK(cudaEventElapsedTime(&rounds[rd], e0, e1));
           }
           CK(cudaGetLastError());
-          qsort(rounds, 5, sizeof(float), cmp_f);
+          qsort(rounds, 5, sizeof(float), bench_cmp_float);
           double us = rounds[2] * 1e3 / reps;
           double bytes = (double)(bcodes + bscales + acodes + ascales) + (double)(m * n * 2);
           double gbs = bytes / (us * 1e-6) / 1e9, tflops = 2.0 * m * n * k / (us * 1e-6) / 1e12;

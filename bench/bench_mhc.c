@@ -7,32 +7,11 @@
 
 #include <cuda_runtime.h>
 
+#include "bench_util.h"
+
 #include "sparkinfer/norm.h"
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
-  } while (0)
-#define SK(x)                                                                                    \
-  do {                                                                                           \
-    if ((x) != SK_OK) { fprintf(stderr, "%s: %s\n", #x, sk_last_error_message()); exit(1); }     \
-  } while (0)
 
-static int cmp_f(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-static DLTensor T(void *p, DLDataType dt, int nd, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCUDA;
-  t.dtype = dt;
-  t.ndim = nd;
-  t.shape = shape;
-  return t;
-}
 static void *rand_dev(size_t bytes, unsigned seed, int bf16) {
   void *d;
   CK(cudaMalloc(&d, bytes));
@@ -81,10 +60,10 @@ int main(void) {
       CK(cudaMalloc(&co, t * 64));
       int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, scb[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
               s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
-      DLTensor tx = T(x, bf, 2, sx), tres = T(res, bf, 3, sr), tw = T(w, bf, 1, sw), tfn = T(fn, f32, 2, sfn),
-               tfnp = T(fnp, f32, 2, sfnp), tpp = T(pp, f32, 2, sp), tpc = T(pc, f32, 3, scb), tsc = T(sc, f32, 1, s3),
-               tba = T(ba, f32, 1, s24), tro = T(ro, bf, 3, sr), ty = T(y, bf, 2, sx), tpo = T(po, f32, 2, sp),
-               tco = T(co, f32, 3, scb);
+      DLTensor tx = bench_tensor(x, bf, 2, sx), tres = bench_tensor(res, bf, 3, sr), tw = bench_tensor(w, bf, 1, sw), tfn = bench_tensor(fn, f32, 2, sfn),
+               tfnp = bench_tensor(fnp, f32, 2, sfnp), tpp = bench_tensor(pp, f32, 2, sp), tpc = bench_tensor(pc, f32, 3, scb), tsc = bench_tensor(sc, f32, 1, s3),
+               tba = bench_tensor(ba, f32, 1, s24), tro = bench_tensor(ro, bf, 3, sr), ty = bench_tensor(y, bf, 2, sx), tpo = bench_tensor(po, f32, 2, sp),
+               tco = bench_tensor(co, f32, 3, scb);
       for (int entry = 0; entry < 3; entry++) {
         sk_binding b;
         double bytes;
@@ -113,7 +92,7 @@ int main(void) {
           CK(cudaEventElapsedTime(&rounds[r], e0, e1));
         }
         CK(cudaGetLastError());
-        qsort(rounds, 7, sizeof(float), cmp_f);
+        qsort(rounds, 7, sizeof(float), bench_cmp_float);
         double us = rounds[3] * 10.0, gbs = bytes / (us * 1e-6) / 1e9;
         printf("| %s | %lld | %lld | %.2f | %.0f | %.0f%% |\n", name, (long long)h, (long long)t, us, gbs, gbs / 43);
         if (json)

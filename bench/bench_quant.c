@@ -8,34 +8,13 @@
 
 #include <cuda_runtime.h>
 
+#include "bench_util.h"
+
 #include "ref/skref.h"
 #include "sparkinfer/quantization.h"
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
-  } while (0)
-#define SK(x)                                                                                    \
-  do {                                                                                           \
-    if ((x) != SK_OK) { fprintf(stderr, "%s: %s\n", #x, sk_last_error_message()); exit(1); }     \
-  } while (0)
 
-static int cmp_f(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
 
-static DLTensor t2(void *p, DLDataType dt, int nd, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCUDA;
-  t.dtype = dt;
-  t.ndim = nd;
-  t.shape = shape;
-  return t;
-}
 
 int main(void) {
   const char *jpath = getenv("SK_BENCH_JSON");
@@ -75,8 +54,8 @@ int main(void) {
         SK(op == 0 ? sk_nvfp4_plan_create(&caps, &p) : sk_mxfp8_plan_create(&caps, &p));
         int64_t xs[2] = {m, k}, vs[2] = {m, op == 0 ? k / 2 : k}, ss[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / (op ? 32 : 16))},
                 gss[1] = {1};
-        DLTensor tx = t2(dx, (DLDataType){kDLBfloat, 16, 1}, 2, xs), tv = t2(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs),
-                 ts = t2(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss), tg = t2(dg, (DLDataType){kDLFloat, 32, 1}, 1, gss);
+        DLTensor tx = bench_tensor(dx, (DLDataType){kDLBfloat, 16, 1}, 2, xs), tv = bench_tensor(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs),
+                 ts = bench_tensor(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss), tg = bench_tensor(dg, (DLDataType){kDLFloat, 32, 1}, 1, gss);
         sk_binding b;
         if (op == 0) SK(sk_nvfp4_bind(p, &tx, &tv, &ts, NULL, &tg, scratch, 1 << 16, &b));
         else SK(sk_mxfp8_bind(p, &tx, &tv, &ts, NULL, NULL, 0, &b));
@@ -91,7 +70,7 @@ int main(void) {
           CK(cudaEventElapsedTime(&rounds[r], e0, e1));
         }
         CK(cudaGetLastError());
-        qsort(rounds, 7, sizeof(float), cmp_f);
+        qsort(rounds, 7, sizeof(float), bench_cmp_float);
         double us = rounds[3] * 1e3 / reps;
         double bytes = (double)m * k * 2 + (op == 0 ? m * k / 2.0 : (double)m * k) + (double)ss[0];
         double gbs = bytes / (us * 1e-6) / 1e9;

@@ -4,7 +4,12 @@
 #include <criterion/criterion.h>
 #include <cuda_runtime.h>
 
+#include <dlpack/dlpack.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "sparkinfer.h"
+#include "testutil.h"
 
 #define CUDA_OK(call)                                                                            \
   do {                                                                                           \
@@ -23,5 +28,27 @@ static inline const char *gpu_arch(void) {
   static char arch[16];
   if (!arch[0] && sk_device_arch(0, arch, sizeof arch) != SK_OK) arch[0] = 0;
   return arch;
+}
+/* A device DLTensor view (contiguous: strides NULL). */
+static inline DLTensor gpu_tensor(void *data, DLDataType dt, int ndim, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCUDA;
+  t.ndim = ndim;
+  t.dtype = dt;
+  t.shape = shape;
+  return t;
+}
+
+/* Per-test setup: the kernel cache is SK_GPU_TEST_CACHE when set (prebuilt with sk-warm by
+ * tools/gpu-run.sh, so a GPU run does not spend its minutes compiling), else a fresh temp dir
+ * (returned; the caller removes it). The primary context is created before sparkinfer runs. */
+static inline char *gpu_test_setup(const char *tag) {
+  char *dir = tu_tempdir(tag);
+  setenv("SPARKINFER_CACHE_DIR", getenv("SK_GPU_TEST_CACHE") ? getenv("SK_GPU_TEST_CACHE") : dir, 1);
+  CUDA_OK(cudaSetDevice(0));
+  CUDA_OK(cudaFree(0));
+  return dir;
 }
 #endif

@@ -1,0 +1,39 @@
+/* bench/bench_util.h - what every GPU benchmark shares: checked calls, DLPack views, medians. */
+#ifndef SK_BENCH_UTIL_H
+#define SK_BENCH_UTIL_H
+#include <cuda_runtime.h>
+#include <dlpack/dlpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparkinfer.h"
+
+/* Exit with the call and the CUDA / sparkinfer message on any failure: a benchmark that measured
+ * a failed launch must not print a number. */
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
+  } while (0)
+#define SK(x)                                                                                    \
+  do {                                                                                           \
+    if ((x) != SK_OK) { fprintf(stderr, "%s: %s\n", #x, sk_last_error_message()); exit(1); }     \
+  } while (0)
+
+static inline int bench_cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static inline DLTensor bench_tensor(void *p, DLDataType dt, int nd, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = p;
+  t.device.device_type = kDLCUDA;
+  t.dtype = dt;
+  t.ndim = nd;
+  t.shape = shape;
+  return t;
+}
+#endif
