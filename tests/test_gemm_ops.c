@@ -126,3 +126,45 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   tu_rmrf(dir);
   free(dir);
 }
+
+Test(gemm_ops, prefill_tile_override_is_validated) {
+  setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
+  setenv("SPARKINFER_GEMM_PREFILL_TILE", "128,100,2,4,3", 1);
+  const int64_t m = 64, n = 256, k = 512;
+  int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
+  DLTensor a = fake(0x100000, U8, 2, a_s), b = fake(0x200000, U8, 2, b_s), c = fake(0x300000, BF16, 2, c_s);
+  cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a, NULL, &b, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_PREFILL_TILE"), "%s", sk_last_error_message());
+}
+
+Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
+  char *dir = tu_tempdir("bfp8");
+  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  sk_block_fp8_linear_plan *p;
+  sk_block_fp8_linear_caps bad = {4096, 1000, 64, SK_DTYPE_BF16, "sm_120a"};
+  cr_assert_eq(sk_block_fp8_linear_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT, "K must be a multiple of 128");
+  sk_block_fp8_linear_caps caps = {640, 1024, 300, SK_DTYPE_BF16, "sm_120a"};
+  cr_assert_eq(sk_block_fp8_linear_plan_create(&caps, &p), SK_OK, "%s", sk_last_error_message());
+  sk_scratch_spec spec;
+  cr_assert_eq(sk_block_fp8_linear_scratch_spec(p, &spec), SK_OK);
+  cr_assert_geq(spec.bytes, (size_t)(300 * 1024 + 300 * 8 * 4));
+  int64_t xs[2] = {100, 1024}, wc[2] = {640, 1024}, wsc[2] = {5, 8}, os[2] = {100, 640};
+  DLTensor x = fake(0x100000, BF16, 2, xs), w = fake(0x200000, U8, 2, wc), ws = fake(0x300000, F32, 2, wsc),
+           o = fake(0x400000, BF16, 2, os);
+  sk_binding b;
+  cr_assert_eq(sk_block_fp8_linear_bind(p, &x, &w, &ws, &o, (void *)0x500000, spec.bytes, &b), SK_OK, "%s",
+               sk_last_error_message());
+  int64_t wsc_bad[2] = {640, 8}; /* per-row scales: the weight needs one per 128 rows */
+  DLTensor wsb = ws;
+  wsb.shape = wsc_bad;
+  cr_assert_eq(sk_block_fp8_linear_bind(p, &x, &w, &wsb, &o, (void *)0x500000, spec.bytes, &b), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "w_scales"), "%s", sk_last_error_message());
+  int64_t xs_big[2] = {301, 1024};
+  DLTensor xb = x;
+  xb.shape = xs_big;
+  cr_assert_eq(sk_block_fp8_linear_bind(p, &xb, &w, &ws, &o, (void *)0x500000, spec.bytes, &b), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_neq(sk_block_fp8_linear_run(p, &b, NULL), SK_OK, "no kernel is loaded without a GPU");
+  sk_block_fp8_linear_plan_destroy(p);
+  tu_rmrf(dir);
+  free(dir);
+}

@@ -71,10 +71,43 @@ SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t 
 /* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"); SM120 kernel for the
  * block-scaled FP4/MXFP8 recipes on sm_120a/sm_121a (docs/ops/gemm.md, "SM120 kernel"). */
 typedef struct tile_cfg { int bm, bn, bk, wm, wn, stages; } tile_cfg;
-/* The heuristic of docs/ops/gemm.md (Prefill kernel, tile heuristic); SK_GEMM_PREFILL_TILE
- * overrides is not offered yet: any config meeting the kernel contract works, but only these are
+/* SPARKINFER_GEMM_PREFILL_TILE="BM,BN,WARPS_M,WARPS_N,STAGES" replaces the heuristic below for
+ * every tiled launch (tuning; configs outside the prebuilt manifest compile on first use). */
+static tile_cfg tile_override;
+static sk_status tile_override_status = SK_OK;
+static char tile_override_message[256];
+static pthread_once_t tile_override_once = PTHREAD_ONCE_INIT;
+
+static void tile_override_load(void) {
+  const char *v = sk_env_str("SPARKINFER_GEMM_PREFILL_TILE");
+  if (!v) return;
+  tile_cfg t = {0, 0, 128, 0, 0, 0};
+  char extra;
+  bool ok = sscanf(v, "%d,%d,%d,%d,%d%c", &t.bm, &t.bn, &t.wm, &t.wn, &t.stages, &extra) == 5;
+  ok = ok && (t.bm == 32 || t.bm == 64 || t.bm == 128) && (t.bn == 32 || t.bn == 64 || t.bn == 128);
+  ok = ok && t.wm >= 1 && t.wn >= 1 && t.bm % t.wm == 0 && t.bn % t.wn == 0 && (t.bm / t.wm) % 16 == 0 &&
+       (t.bn / t.wn) % 8 == 0 && t.wm * t.wn <= 16 && t.stages >= 2 && t.stages <= 8;
+  if (!ok) {
+    tile_override_status = SK_ERR_INVALID_ARGUMENT;
+    snprintf(tile_override_message, sizeof tile_override_message,
+             "SPARKINFER_GEMM_PREFILL_TILE=%.64s: expected BM,BN,WARPS_M,WARPS_N,STAGES with BM, BN in {32,64,128}, "
+             "BM/WARPS_M a multiple of 16, BN/WARPS_N of 8, 2..8 stages", v);
+    return;
+  }
+  tile_override = t;
+}
+
+static sk_status check_tile_override(void) {
+  pthread_once(&tile_override_once, tile_override_load);
+  if (tile_override_status != SK_OK) return sk_set_error(tile_override_status, "%s", tile_override_message);
+  return SK_OK;
+}
+
+/* The heuristic of docs/ops/gemm.md (Prefill kernel, tile heuristic). Only these configs are
  * precompiled in tools/manifests/kernels-gemm-prefill.json. */
 static tile_cfg tiled_config(int64_t m, int64_t n) {
+  pthread_once(&tile_override_once, tile_override_load);
+  if (tile_override.bm) return tile_override;
   const int64_t sms = sm_count();
   if (m <= 128) {
     if (sk_cdiv(n, 128) >= sms) return (tile_cfg){64, 128, 128, 1, 4, 3};
@@ -279,6 +312,7 @@ static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe
 }
 
 static sk_status launch(sk_gemm_recipe r, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
+  SK_TRY(check_tile_override());
   const char *arch;
   SK_TRY(device_arch(&arch));
   gemm_cfg cfg;
@@ -302,6 +336,7 @@ SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int6
   if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad out dtype");
   if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: no M values");
   if (n < 1 || k < 128 || k % 128) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad N or K");
+  SK_TRY(check_tile_override());
   char buf[SK_MAX_ARCH];
   if (!arch) {
     SK_TRY(sk_device_arch(-1, buf, sizeof buf));
@@ -536,6 +571,7 @@ SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps 
                         (long long)caps->max_m);
   if (caps->out < SK_DTYPE_BF16 || caps->out > SK_DTYPE_FP32)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": out must be SK_DTYPE_BF16, _FP16 or _FP32");
+  SK_TRY(check_tile_override());
   sk_block_fp8_linear_plan *p = calloc(1, sizeof *p);
   if (!p) return sk_set_error(SK_ERR_OUT_OF_MEMORY, BFP8_OP ": out of memory");
   p->caps = *caps;

@@ -1,0 +1,115 @@
+/* norm.mhc host side without a GPU: caps validation, an offline plan (explicit arch), bind
+ * validation of every entry point, scratch size, manifest caps. Device pointers are fake. */
+#include <criterion/criterion.h>
+
+#include "sparkinfer/norm.h"
+#include "testutil.h"
+
+static char *dir;
+static void setup(void) {
+  dir = tu_tempdir("mhcops");
+  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+}
+static void teardown(void) { tu_rmrf(dir); free(dir); }
+
+static DLTensor fake(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = (void *)addr;
+  t.device.device_type = kDLCUDA;
+  t.dtype = dt;
+  t.ndim = nd;
+  t.shape = shape;
+  return t;
+}
+#define BF ((DLDataType){kDLBfloat, 16, 1})
+#define F32 ((DLDataType){kDLFloat, 32, 1})
+
+Test(mhc_ops, caps_are_validated) {
+  sk_mhc_plan *p;
+  sk_mhc_caps c = {4096, 64, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, "sm_120a"};
+  sk_mhc_caps bad = c;
+  bad.hidden = 4000;
+  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "multiple of 256"), "%s", sk_last_error_message());
+  bad = c; bad.max_tokens = 0;
+  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
+  bad = c; bad.sinkhorn_iters = 0;
+  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
+  bad = c; bad.rms_eps = -1;
+  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
+  bad = c; bad.norm_eps = 0;
+  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT, "a fused norm needs norm_eps > 0");
+  bad = c; bad.norm_weight = (sk_mhc_norm_weight)5;
+  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
+  bad = c; bad.arch = "sm_75";
+  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_UNSUPPORTED);
+  cr_assert_eq(sk_mhc_plan_create(NULL, &p), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_mhc_is_supported("sm_121a"), 1);
+}
+
+Test(mhc_ops, offline_plan_binds_every_entry_point_and_rejects_bad_tensors, .init = setup, .fini = teardown) {
+  const int64_t h = 2048, tmax = 32, t = 5;
+  sk_mhc_caps c = {h, tmax, SK_MHC_NORM_FP32, 20, 1e-6f, 1e-6f, 1e-6f, "sm_120a"};
+  sk_mhc_plan *p;
+  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
+  sk_scratch_spec spec;
+  cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
+  cr_assert_eq(spec.bytes, (size_t)(tmax * (h / 256) * 144 + 768));
+  int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
+          s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
+  DLTensor x = fake(0x100000, BF, 2, sx), res = fake(0x200000, BF, 3, sr), pp = fake(0x300000, F32, 2, sp),
+           pc = fake(0x310000, F32, 3, sc), fn = fake(0x400000, F32, 2, sfn), fnp = fake(0x500000, F32, 2, sfnp),
+           hs = fake(0x600000, F32, 1, s3), hb = fake(0x610000, F32, 1, s24), w = fake(0x620000, F32, 1, sw),
+           ro = fake(0x700000, BF, 3, sr), y = fake(0x800000, BF, 2, sx), po = fake(0x900000, F32, 2, sp),
+           co = fake(0x910000, F32, 3, sc);
+  void *scratch = (void *)0xa00000;
+  sk_binding b;
+  cr_assert_eq(sk_mhc_bind_post(p, &x, &res, &pp, &pc, &ro, &b), SK_OK, "%s", sk_last_error_message());
+  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes, &b), SK_OK, "%s",
+               sk_last_error_message());
+  cr_assert_eq(sk_mhc_bind_post_pre(p, &x, &res, &pp, &pc, &fn, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes, &b),
+               SK_OK, "%s", sk_last_error_message());
+  /* Wrong tensors: each refused with a message naming it. */
+  DLTensor bad = fn;
+  int64_t fn_bad[2] = {24, h};
+  bad.shape = fn_bad;
+  cr_assert_eq(sk_mhc_bind_post_pre(p, &x, &res, &pp, &pc, &bad, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes, &b),
+               SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "fn"), "%s", sk_last_error_message());
+  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, scratch, spec.bytes, &b),
+               SK_ERR_INVALID_ARGUMENT, "the plan fuses a norm weight");
+  DLTensor wb = w;
+  wb.dtype = BF;
+  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, &wb, &ro, &y, &po, &co, scratch, spec.bytes, &b),
+               SK_ERR_INVALID_ARGUMENT, "norm weight dtype is fp32 in this plan");
+  int64_t too_many[2] = {tmax + 1, h};
+  DLTensor xbig = x;
+  xbig.shape = too_many;
+  cr_assert_eq(sk_mhc_bind_post(p, &xbig, &res, &pp, &pc, &ro, &b), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "max_tokens"), "%s", sk_last_error_message());
+  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes - 1, &b),
+               SK_ERR_INVALID_ARGUMENT, "scratch too small");
+  DLTensor xmis = x;
+  xmis.byte_offset = 8;
+  cr_assert_eq(sk_mhc_bind_post(p, &xmis, &res, &pp, &pc, &ro, &b), SK_ERR_INVALID_ARGUMENT, "16-byte alignment");
+  cr_assert_neq(sk_mhc_run(p, &b, NULL), SK_OK, "no kernel is loaded without a GPU");
+  sk_mhc_plan_destroy(p);
+}
+
+Test(mhc_ops, sk_warm_builds_mhc_entries_and_rejects_bad_caps, .init = setup, .fini = teardown) {
+  char m[600], cache[700], warm[512];
+  snprintf(m, sizeof m, "%s/m.json", dir);
+  snprintf(cache, sizeof cache, "%s/c", dir);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+                   "{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1280,\"max_tokens\":16,\"norm_weight\":\"bf16\"}}]}");
+  char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
+  char *out = NULL;
+  cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+  cr_assert_eq(tu_json_num(out, "kernels"), 5, "any multiple of 256 (here 1280) compiles: %s", out);
+  free(out);
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1000}}]}");
+  char *argv2[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--quiet", NULL};
+  cr_assert_eq(tu_run(argv2, NULL, NULL), 2);
+}
