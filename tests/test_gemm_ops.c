@@ -39,16 +39,6 @@ Test(gemm_ops, pack_weight_matches_reference_for_every_recipe) {
   cr_assert_eq(sk_gemm_pack_weight((sk_gemm_recipe)9, 1, 128, "", "", (void *)1, (void *)1), SK_ERR_INVALID_ARGUMENT);
 }
 
-static DLTensor fake(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = (void *)addr;
-  t.device.device_type = kDLCUDA;
-  t.dtype = dt;
-  t.ndim = nd;
-  t.shape = shape;
-  return t;
-}
 #define U8 ((DLDataType){kDLUInt, 8, 1})
 #define F32 ((DLDataType){kDLFloat, 32, 1})
 #define BF16 ((DLDataType){kDLBfloat, 16, 1})
@@ -58,8 +48,8 @@ Test(gemm_ops, mm_rejects_bad_inputs_with_a_message) {
   const int64_t m = 4, n = 256, k = 512;
   int64_t ac_s[2] = {m, k / 2}, bc_s[2] = {n, k / 2}, as_s[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 16)},
           bs_s[1] = {(int64_t)sk_swizzled_scale_bytes(n, k / 16)}, c_s[2] = {m, n};
-  DLTensor ac = fake(0x100000, U8, 2, ac_s), bc = fake(0x200000, U8, 2, bc_s), as = fake(0x300000, U8, 1, as_s),
-           bs = fake(0x400000, U8, 1, bs_s), c = fake(0x500000, BF16, 2, c_s);
+  DLTensor ac = tu_fake_device_tensor(0x100000, U8, 2, ac_s), bc = tu_fake_device_tensor(0x200000, U8, 2, bc_s), as = tu_fake_device_tensor(0x300000, U8, 1, as_s),
+           bs = tu_fake_device_tensor(0x400000, U8, 1, bs_s), c = tu_fake_device_tensor(0x500000, BF16, 2, c_s);
   struct { const char *what; sk_gemm_recipe r; DLTensor ac, as, bc, bs, c; const char *needle; } bad[10];
   int nb = 0;
   DLTensor t;
@@ -87,7 +77,7 @@ Test(gemm_ops, mm_rejects_bad_inputs_with_a_message) {
   }
   /* tensor_fp8 takes no block scales; block_fp8 wants fp32 scales. */
   int64_t f8a[2] = {m, k}, f8b[2] = {n, k};
-  DLTensor a8 = fake(0x100000, U8, 2, f8a), b8 = fake(0x200000, U8, 2, f8b);
+  DLTensor a8 = tu_fake_device_tensor(0x100000, U8, 2, f8a), b8 = tu_fake_device_tensor(0x200000, U8, 2, f8b);
   cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a8, &as, &b8, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_assert_eq(sk_gemm_mm(SK_GEMM_BLOCK_FP8, &a8, &as, &b8, &bs, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_assert_eq(sk_gemm_mm((sk_gemm_recipe)7, &a8, NULL, &b8, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
@@ -132,7 +122,7 @@ Test(gemm_ops, prefill_tile_override_is_validated) {
   setenv("SPARKINFER_GEMM_PREFILL_TILE", "128,100,2,4,3", 1);
   const int64_t m = 64, n = 256, k = 512;
   int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
-  DLTensor a = fake(0x100000, U8, 2, a_s), b = fake(0x200000, U8, 2, b_s), c = fake(0x300000, BF16, 2, c_s);
+  DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s), c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);
   cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a, NULL, &b, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_PREFILL_TILE"), "%s", sk_last_error_message());
 }
@@ -149,8 +139,8 @@ Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
   cr_assert_eq(sk_block_fp8_linear_scratch_spec(p, &spec), SK_OK);
   cr_assert_geq(spec.bytes, (size_t)(300 * 1024 + 300 * 8 * 4));
   int64_t xs[2] = {100, 1024}, wc[2] = {640, 1024}, wsc[2] = {5, 8}, os[2] = {100, 640};
-  DLTensor x = fake(0x100000, BF16, 2, xs), w = fake(0x200000, U8, 2, wc), ws = fake(0x300000, F32, 2, wsc),
-           o = fake(0x400000, BF16, 2, os);
+  DLTensor x = tu_fake_device_tensor(0x100000, BF16, 2, xs), w = tu_fake_device_tensor(0x200000, U8, 2, wc), ws = tu_fake_device_tensor(0x300000, F32, 2, wsc),
+           o = tu_fake_device_tensor(0x400000, BF16, 2, os);
   sk_binding b;
   cr_assert_eq(sk_block_fp8_linear_bind(p, &x, &w, &ws, &o, (void *)0x500000, spec.bytes, &b), SK_OK, "%s",
                sk_last_error_message());

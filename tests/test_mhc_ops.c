@@ -12,16 +12,6 @@ static void setup(void) {
 }
 static void teardown(void) { tu_rmrf(dir); free(dir); }
 
-static DLTensor fake(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = (void *)addr;
-  t.device.device_type = kDLCUDA;
-  t.dtype = dt;
-  t.ndim = nd;
-  t.shape = shape;
-  return t;
-}
 #define BF ((DLDataType){kDLBfloat, 16, 1})
 #define F32 ((DLDataType){kDLFloat, 32, 1})
 
@@ -58,11 +48,11 @@ Test(mhc_ops, offline_plan_binds_every_entry_point_and_rejects_bad_tensors, .ini
   cr_assert_eq(spec.bytes, (size_t)(tmax * (h / 256) * 144 + 768));
   int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
           s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
-  DLTensor x = fake(0x100000, BF, 2, sx), res = fake(0x200000, BF, 3, sr), pp = fake(0x300000, F32, 2, sp),
-           pc = fake(0x310000, F32, 3, sc), fn = fake(0x400000, F32, 2, sfn), fnp = fake(0x500000, F32, 2, sfnp),
-           hs = fake(0x600000, F32, 1, s3), hb = fake(0x610000, F32, 1, s24), w = fake(0x620000, F32, 1, sw),
-           ro = fake(0x700000, BF, 3, sr), y = fake(0x800000, BF, 2, sx), po = fake(0x900000, F32, 2, sp),
-           co = fake(0x910000, F32, 3, sc);
+  DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), res = tu_fake_device_tensor(0x200000, BF, 3, sr), pp = tu_fake_device_tensor(0x300000, F32, 2, sp),
+           pc = tu_fake_device_tensor(0x310000, F32, 3, sc), fn = tu_fake_device_tensor(0x400000, F32, 2, sfn), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
+           hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24), w = tu_fake_device_tensor(0x620000, F32, 1, sw),
+           ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx), po = tu_fake_device_tensor(0x900000, F32, 2, sp),
+           co = tu_fake_device_tensor(0x910000, F32, 3, sc);
   void *scratch = (void *)0xa00000;
   sk_binding b;
   cr_assert_eq(sk_mhc_bind_post(p, &x, &res, &pp, &pc, &ro, &b), SK_OK, "%s", sk_last_error_message());

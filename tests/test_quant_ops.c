@@ -53,16 +53,6 @@ Test(quant_ops, caps_are_validated, .init = setup, .fini = teardown) {
   cr_assert_eq(sk_nvfp4_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT);
 }
 
-static DLTensor fake(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = (void *)addr;
-  t.device.device_type = kDLCUDA;
-  t.dtype = dt;
-  t.ndim = nd;
-  t.shape = shape;
-  return t;
-}
 
 #define BF16 ((DLDataType){kDLBfloat, 16, 1})
 #define U8 ((DLDataType){kDLUInt, 8, 1})
@@ -88,8 +78,8 @@ Test(quant_ops, offline_plan_binds_and_rejects_bad_tensors, .init = setup, .fini
   int64_t xs[2] = {m, k}, vs[2] = {m, k / 2}, ss[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 16)}, rs[2] = {m, k / 16},
           gs[1] = {1};
   cr_assert_eq(ss[0], 256 * 256, "ceil(200/128)*128 rows x 256 scale columns");
-  DLTensor x = fake(0x100000, BF16, 2, xs), v = fake(0x200000, U8, 2, vs), s = fake(0x300000, U8, 1, ss),
-           r = fake(0x400000, U8, 2, rs), g = fake(0x500000, F32, 1, gs);
+  DLTensor x = tu_fake_device_tensor(0x100000, BF16, 2, xs), v = tu_fake_device_tensor(0x200000, U8, 2, vs), s = tu_fake_device_tensor(0x300000, U8, 1, ss),
+           r = tu_fake_device_tensor(0x400000, U8, 2, rs), g = tu_fake_device_tensor(0x500000, F32, 1, gs);
   void *scratch = (void *)0x600000;
   sk_binding b;
   cr_assert_eq(sk_nvfp4_bind(p, &x, &v, &s, &r, &g, scratch, spec.bytes, &b), SK_OK, "%s", sk_last_error_message());
@@ -140,8 +130,8 @@ Test(quant_ops, mxfp8_offline_plan_and_bind, .init = setup, .fini = teardown) {
   sk_quant_plan *p;
   cr_assert_eq(sk_mxfp8_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
   int64_t xs[2] = {3, 7168}, vs[2] = {3, 7168}, rs[2] = {3, 224};
-  DLTensor x = fake(0x100000, (DLDataType){kDLFloat, 16, 1}, 2, xs), v = fake(0x200000, U8, 2, vs),
-           r = fake(0x300000, U8, 2, rs);
+  DLTensor x = tu_fake_device_tensor(0x100000, (DLDataType){kDLFloat, 16, 1}, 2, xs), v = tu_fake_device_tensor(0x200000, U8, 2, vs),
+           r = tu_fake_device_tensor(0x300000, U8, 2, rs);
   sk_binding b;
   cr_assert_eq(sk_mxfp8_bind(p, &x, &v, NULL, &r, NULL, 0, &b), SK_OK, "%s", sk_last_error_message());
   cr_assert_eq(sk_mxfp8_bind(p, &x, &v, &r, &r, NULL, 0, &b), SK_ERR_INVALID_ARGUMENT, "swizzled scales not in plan");

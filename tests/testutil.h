@@ -88,4 +88,18 @@ static inline int tu_exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
+/* A DLTensor that claims to be CUDA device memory at a fake address: host-side validation
+ * (bind, mm) never dereferences it, so bad-input tests need no GPU. */
+#include <dlpack/dlpack.h>
+static inline DLTensor tu_fake_device_tensor(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = (void *)addr;
+  t.device.device_type = kDLCUDA;
+  t.dtype = dt;
+  t.ndim = nd;
+  t.shape = shape;
+  return t;
+}
+
 #endif

@@ -182,6 +182,16 @@ static sk_status bind_pre_outputs(const sk_mhc_plan *p, int64_t t, const DLTenso
   return SK_OK;
 }
 
+/* The mix-back inputs post and post_pre share: x (already checked), residual, post, comb. */
+static sk_status bind_mix_back_inputs(const sk_mhc_plan *p, int64_t t, const DLTensor *x, const DLTensor *residual,
+                                      const DLTensor *post, const DLTensor *comb, const char *post_name,
+                                      const char *comb_name, sk_binding *b) {
+  b->ptr[0] = (char *)x->data + x->byte_offset;
+  SK_TRY(check("residual", residual, BF16_T, 3, t, 4, p->caps.hidden, &b->ptr[1]));
+  SK_TRY(check(post_name, post, F32_T, 2, t, 4, 0, &b->ptr[2]));
+  return check(comb_name, comb, F32_T, 3, t, 4, 4, &b->ptr[3]);
+}
+
 SK_API sk_status sk_mhc_bind_post(const sk_mhc_plan *p, const DLTensor *x, const DLTensor *residual,
                                   const DLTensor *post, const DLTensor *comb, const DLTensor *out, sk_binding *binding) {
   if (!p || !binding) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " bind: plan or binding is NULL");
@@ -189,12 +199,8 @@ SK_API sk_status sk_mhc_bind_post(const sk_mhc_plan *p, const DLTensor *x, const
   sk_binding_init(&b, p);
   int64_t t;
   SK_TRY(tokens_of(p, x, &t));
-  const int64_t h = p->caps.hidden;
-  b.ptr[0] = (char *)x->data + x->byte_offset;
-  SK_TRY(check("residual", residual, BF16_T, 3, t, 4, h, &b.ptr[1]));
-  SK_TRY(check("post", post, F32_T, 2, t, 4, 0, &b.ptr[2]));
-  SK_TRY(check("comb", comb, F32_T, 3, t, 4, 4, &b.ptr[3]));
-  SK_TRY(check("out", out, BF16_T, 3, t, 4, h, &b.ptr[5]));
+  SK_TRY(bind_mix_back_inputs(p, t, x, residual, post, comb, "post", "comb", &b));
+  SK_TRY(check("out", out, BF16_T, 3, t, 4, p->caps.hidden, &b.ptr[5]));
   b.dim[0] = ENTRY_POST;
   b.dim[1] = t;
   *binding = b;
@@ -230,12 +236,8 @@ SK_API sk_status sk_mhc_bind_post_pre(const sk_mhc_plan *p, const DLTensor *x, c
   sk_binding_init(&b, p);
   int64_t t;
   SK_TRY(tokens_of(p, x, &t));
-  const int64_t h = p->caps.hidden;
-  b.ptr[0] = (char *)x->data + x->byte_offset;
-  SK_TRY(check("residual", residual, BF16_T, 3, t, 4, h, &b.ptr[1]));
-  SK_TRY(check("prev_post", prev_post, F32_T, 2, t, 4, 0, &b.ptr[2]));
-  SK_TRY(check("prev_comb", prev_comb, F32_T, 3, t, 4, 4, &b.ptr[3]));
-  SK_TRY(check("fn", fn, F32_T, 2, 24, 4 * h, 0, &b.ptr[4]));
+  SK_TRY(bind_mix_back_inputs(p, t, x, residual, prev_post, prev_comb, "prev_post", "prev_comb", &b));
+  SK_TRY(check("fn", fn, F32_T, 2, 24, 4 * p->caps.hidden, 0, &b.ptr[4]));
   SK_TRY(bind_pre_outputs(p, t, hc_scale, hc_base, norm_weight, residual_out, y, post, comb, scratch, scratch_bytes, &b));
   b.dim[0] = ENTRY_POST_PRE;
   b.dim[1] = t;
