@@ -158,3 +158,26 @@ Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
   tu_rmrf(dir);
   free(dir);
 }
+
+/* The manifest builder picks each arch's kernels: the SM120 block-scaled kernel for FP4/MXFP8
+ * prefill on sm_120a/sm_121a, the portable tiled kernel on sm_90a, decode for M <= 16 on all. */
+Test(gemm_ops, manifest_builder_picks_the_arch_path) {
+  char *dir = tu_tempdir("gemmpath");
+  char m[600], warm[512];
+  snprintf(m, sizeof m, "%s/m.json", dir);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":4096,\"k\":4096,\"m\":[1,2048]}}]}");
+  const char *archs[] = {"sm_120a", "sm_121a", "sm_90a"};
+  for (int a = 0; a < 3; a++) {
+    char *argv[] = {warm, "--manifest", m, "--arch", (char *)archs[a], "--dry-run", NULL};
+    char *out = NULL;
+    cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+    cr_assert(strstr(out, "sk::gemm::gemv_decode<0, 0, 1, 4, 2>"), "%s: %s", archs[a], out);
+    if (a < 2) cr_assert(strstr(out, "sk::gemm::sm120_blockscaled<0, 0, 128"), "%s: %s", archs[a], out);
+    else cr_assert(strstr(out, "sk::gemm::mma_tiled<0, 0, 128"), "%s: %s", archs[a], out);
+    free(out);
+  }
+  tu_rmrf(dir);
+  free(dir);
+}
