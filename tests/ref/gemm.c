@@ -276,7 +276,12 @@ void skref_gemm_quantize_block_fp8_rows(const uint16_t* x, size_t rows, size_t k
   for (size_t r = 0; r < rows; ++r)
     for (size_t b = 0; b < kb; ++b) {
       float amax = 0;
-      for (size_t i = 0; i < 128; ++i) amax = fmaxf(amax, fabsf(gemm_tmp_bf16_to_float(x[r * k + b * 128 + i])));
+      for (size_t i = 0; i < 128; ++i) {
+        /* Skip NaN explicitly: glibc's fmaxf lets a signalling NaN through when not inlined,
+         * which would make the amax depend on element order and compiler flags. */
+        const float v = fabsf(gemm_tmp_bf16_to_float(x[r * k + b * 128 + i]));
+        if (!isnan(v)) amax = fmaxf(amax, v);
+      }
       float s = amax > 0 ? amax / 448.0f : 1.0f;
       scales[r * kb + b] = s;
       for (size_t i = 0; i < 128; ++i)
