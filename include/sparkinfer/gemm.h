@@ -79,6 +79,9 @@ SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int6
  *  Outputs (caller-allocated host memory): packed codes [n, kp], packed scales for kp, with
  *  kp = sk_gemm_padded_k(k). Then upload them once. */
 SK_API int64_t sk_gemm_padded_k(int64_t k);
+/** Errors: SK_ERR_INVALID_ARGUMENT for an unknown recipe, k not a multiple of the scale block,
+ *  sizes beyond 2^31 rows / 2^30 columns, or a NULL buffer. Reads and writes host memory only;
+ *  thread-safe for distinct outputs. */
 SK_API sk_status sk_gemm_pack_weight(sk_gemm_recipe recipe, int64_t n, int64_t k, const void *codes,
                                      const void *scales, void *packed_codes, void *packed_scales);
 /** Bytes of pack_weight's outputs. */
@@ -90,6 +93,8 @@ SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe recipe, int64_t n, int64_t 
  *  [M, N]. The activations are quantized into `workspace` (sk_gemm_mxfp8_linear_workspace_bytes,
  *  zeroed once) by the quantization.mxfp8 kernel, then mm runs. */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k);
+/** Errors as sk_gemm_mm, plus SK_ERR_INVALID_ARGUMENT for a missing or short workspace. Two
+ *  launches on `stream` (quantize, GEMM); the workspace must not be shared by concurrent calls. */
 SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
                                       const DLTensor *alpha, const DLTensor *out, void *workspace,
                                       size_t workspace_bytes, void *stream);
@@ -133,6 +138,7 @@ SK_API sk_status sk_block_fp8_linear_bind(const sk_block_fp8_linear_plan *plan, 
 /** Two launches: quantize, then GEMM. No allocation, sync or compile. */
 SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *plan, const sk_binding *binding,
                                          void *stream);
+/** Free a plan (NULL is a no-op); must not race with other uses of the plan. */
 SK_API void sk_block_fp8_linear_plan_destroy(sk_block_fp8_linear_plan *plan);
 
 #ifdef __cplusplus
