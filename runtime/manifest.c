@@ -108,16 +108,19 @@ static sk_status entry_archs(const cJSON *entry, const char *where, const char *
   return bad(where, "no arch: give \"arch\"/\"archs\" in the entry or --arch on the command line");
 }
 
-static sk_status check_keys(const cJSON *obj, const char *where, const char *const *allowed) {
+sk_status sk_json_check_fields(const cJSON *obj, const char *where, const char *const *allowed) {
   const cJSON *c;
   cJSON_ArrayForEach(c, obj) {
-    if (!c->string || !in_list(c->string, allowed)) {
-      char msg[200];
-      snprintf(msg, sizeof msg, "unknown field \"%.64s\"", c->string ? c->string : "?");
-      return bad(where, msg);
-    }
+    if (!c->string || !in_list(c->string, allowed))
+      return sk_set_error(SK_ERR_MANIFEST, "%s: unknown field \"%.64s\"", where, c->string ? c->string : "?");
   }
   return SK_OK;
+}
+
+static sk_status check_keys(const cJSON *obj, const char *where, const char *const *allowed) {
+  char w[96];
+  snprintf(w, sizeof w, "manifest: %s", where);
+  return sk_json_check_fields(obj, w, allowed);
 }
 
 static sk_status parse_kernel(const cJSON *k, size_t idx, const char *const *cli, sk_request_list *out) {

@@ -213,6 +213,10 @@ typedef struct sk_request_list {
 sk_status sk_request_list_add(sk_request_list *l, const sk_kernel_request *req);
 void sk_request_list_free(sk_request_list *l);
 
+/* SK_ERR_MANIFEST "<where>: unknown field "x"" unless every key of `obj` is in `allowed`
+ * (NULL-terminated). Manifests and every op's caps builder use it: unknown fields are typos. */
+sk_status sk_json_check_fields(const struct cJSON *obj, const char *where, const char *const *allowed);
+
 /* Parse a manifest's text into requests. `archs` (NULL-terminated list) overrides entry archs
  * and is required for entries without one; every request is produced once per arch.
  * SK_ERR_MANIFEST with a message naming the entry and field on any problem. */

@@ -469,12 +469,9 @@ static bool gemm_supported(const char *arch) { return sk_arch_valid(arch) && sk_
 /* caps: {"recipe": "nvfp4", "out": "bf16", "n": N, "k": K, "m": [1, 8, 16, 2048]}; the linear
  * aliases fix the recipe (forced >= 0) and mxfp8_linear adds its activation quantizer. */
 static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_request_list *out) {
+  static const char *const fields[] = {"recipe", "out", "n", "k", "m", NULL};
+  SK_TRY(sk_json_check_fields(j, "caps", fields));
   const cJSON *it;
-  cJSON_ArrayForEach(it, j) {
-    if (!it->string || (strcmp(it->string, "recipe") && strcmp(it->string, "out") && strcmp(it->string, "n") &&
-                        strcmp(it->string, "k") && strcmp(it->string, "m")))
-      return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", it->string ? it->string : "?");
-  }
   const cJSON *rj = cJSON_GetObjectItemCaseSensitive(j, "recipe"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out"),
               *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *mj = cJSON_GetObjectItemCaseSensitive(j, "m");
   int r = forced, o = 0;
@@ -667,12 +664,8 @@ SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *p, cons
 }
 
 static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list *out) {
-  const cJSON *it;
-  cJSON_ArrayForEach(it, j) {
-    if (!it->string || (strcmp(it->string, "n") && strcmp(it->string, "k") && strcmp(it->string, "max_m") &&
-                        strcmp(it->string, "out")))
-      return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", it->string ? it->string : "?");
-  }
+  static const char *const fields[] = {"n", "k", "max_m", "out", NULL};
+  SK_TRY(sk_json_check_fields(j, "caps", fields));
   const cJSON *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *kj = cJSON_GetObjectItemCaseSensitive(j, "k"),
               *mj = cJSON_GetObjectItemCaseSensitive(j, "max_m"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out");
   if (!cJSON_IsNumber(nj) || !(nj->valuedouble >= 1 && nj->valuedouble < 2147483648.0))

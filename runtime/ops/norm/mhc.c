@@ -284,11 +284,8 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
 static bool mhc_supported(const char *arch) { return sk_mhc_is_supported(arch); }
 
 static sk_status mhc_requests(const cJSON *j, const char *arch, sk_request_list *out) {
-  const cJSON *it;
-  cJSON_ArrayForEach(it, j) {
-    if (!it->string || (strcmp(it->string, "hidden") && strcmp(it->string, "max_tokens") && strcmp(it->string, "norm_weight")))
-      return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", it->string ? it->string : "?");
-  }
+  static const char *const fields[] = {"hidden", "max_tokens", "norm_weight", NULL};
+  SK_TRY(sk_json_check_fields(j, "caps", fields));
   const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "hidden");
   const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
   const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "norm_weight");

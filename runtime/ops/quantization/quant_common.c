@@ -193,13 +193,8 @@ static sk_status json_enum(const cJSON *j, const char *field, const char *const 
 }
 
 sk_status quant_caps_from_json(const cJSON *j, sk_quant_caps *c) {
-  static const char *const allowed[] = {"dtype", "k", "max_m", "scales", "global_scale", "path"};
-  const cJSON *it;
-  cJSON_ArrayForEach(it, j) {
-    bool ok = false;
-    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) ok |= it->string && !strcmp(it->string, allowed[i]);
-    if (!ok) return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", it->string ? it->string : "?");
-  }
+  static const char *const allowed[] = {"dtype", "k", "max_m", "scales", "global_scale", "path", NULL};
+  SK_TRY(sk_json_check_fields(j, "caps", allowed));
   memset(c, 0, sizeof *c);
   static const char *const dtypes[] = {"bf16", "fp16"};
   static const char *const layouts[] = {NULL, "swizzled", "row_major", "both"};
