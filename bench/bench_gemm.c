@@ -86,11 +86,11 @@ int main(void) {
         int64_t acs[2] = {m, fp4 ? k / 2 : k}, bcs[2] = {n, fp4 ? k / 2 : k}, cs[2] = {m, n};
         int64_t ass[2] = {r == 3 ? m : (int64_t)ascales, k / 128}, bss[2] = {r == 3 ? (n + 127) / 128 : (int64_t)bscales, k / 128};
         DLDataType u8 = {kDLUInt, 8, 1}, f32 = {kDLFloat, 32, 1}, bf = {kDLBfloat, 16, 1};
-        DLTensor ta = bench_tensor(a, u8, 2, acs), tas = bench_tensor(as, r == 3 ? f32 : u8, r == 3 ? 2 : 1, ass), tc = bench_tensor(c, bf, 2, cs);
+        DLTensor ta = tu_device_tensor(a, u8, 2, acs), tas = tu_device_tensor(as, r == 3 ? f32 : u8, r == 3 ? 2 : 1, ass), tc = tu_device_tensor(c, bf, 2, cs);
         DLTensor tb[3], tbs[3];
         for (int i = 0; i < 3; i++) {
-          tb[i] = bench_tensor(b[i], u8, 2, bcs);
-          tbs[i] = bench_tensor(bs[i], r == 3 ? f32 : u8, r == 3 ? 2 : 1, bss);
+          tb[i] = tu_device_tensor(b[i], u8, 2, bcs);
+          tbs[i] = tu_device_tensor(bs[i], r == 3 ? f32 : u8, r == 3 ? 2 : 1, bss);
         }
         int bad = 0;
         for (int i = 0; i < 6 && !bad; i++)

@@ -60,10 +60,10 @@ int main(void) {
       CK(cudaMalloc(&co, t * 64));
       int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, scb[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
               s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
-      DLTensor tx = bench_tensor(x, bf, 2, sx), tres = bench_tensor(res, bf, 3, sr), tw = bench_tensor(w, bf, 1, sw), tfn = bench_tensor(fn, f32, 2, sfn),
-               tfnp = bench_tensor(fnp, f32, 2, sfnp), tpp = bench_tensor(pp, f32, 2, sp), tpc = bench_tensor(pc, f32, 3, scb), tsc = bench_tensor(sc, f32, 1, s3),
-               tba = bench_tensor(ba, f32, 1, s24), tro = bench_tensor(ro, bf, 3, sr), ty = bench_tensor(y, bf, 2, sx), tpo = bench_tensor(po, f32, 2, sp),
-               tco = bench_tensor(co, f32, 3, scb);
+      DLTensor tx = tu_device_tensor(x, bf, 2, sx), tres = tu_device_tensor(res, bf, 3, sr), tw = tu_device_tensor(w, bf, 1, sw), tfn = tu_device_tensor(fn, f32, 2, sfn),
+               tfnp = tu_device_tensor(fnp, f32, 2, sfnp), tpp = tu_device_tensor(pp, f32, 2, sp), tpc = tu_device_tensor(pc, f32, 3, scb), tsc = tu_device_tensor(sc, f32, 1, s3),
+               tba = tu_device_tensor(ba, f32, 1, s24), tro = tu_device_tensor(ro, bf, 3, sr), ty = tu_device_tensor(y, bf, 2, sx), tpo = tu_device_tensor(po, f32, 2, sp),
+               tco = tu_device_tensor(co, f32, 3, scb);
       for (int entry = 0; entry < 3; entry++) {
         sk_binding b;
         double bytes;

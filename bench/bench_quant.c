@@ -54,8 +54,8 @@ int main(void) {
         SK(op == 0 ? sk_nvfp4_plan_create(&caps, &p) : sk_mxfp8_plan_create(&caps, &p));
         int64_t xs[2] = {m, k}, vs[2] = {m, op == 0 ? k / 2 : k}, ss[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / (op ? 32 : 16))},
                 gss[1] = {1};
-        DLTensor tx = bench_tensor(dx, (DLDataType){kDLBfloat, 16, 1}, 2, xs), tv = bench_tensor(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs),
-                 ts = bench_tensor(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss), tg = bench_tensor(dg, (DLDataType){kDLFloat, 32, 1}, 1, gss);
+        DLTensor tx = tu_device_tensor(dx, (DLDataType){kDLBfloat, 16, 1}, 2, xs), tv = tu_device_tensor(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs),
+                 ts = tu_device_tensor(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss), tg = tu_device_tensor(dg, (DLDataType){kDLFloat, 32, 1}, 1, gss);
         sk_binding b;
         if (op == 0) SK(sk_nvfp4_bind(p, &tx, &tv, &ts, NULL, &tg, scratch, 1 << 16, &b));
         else SK(sk_mxfp8_bind(p, &tx, &tv, &ts, NULL, NULL, 0, &b));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sparkinfer.h"
+#include "testutil.h" /* tu_device_tensor */
 
 /* Exit with the call and the CUDA / sparkinfer message on any failure: a benchmark that measured
  * a failed launch must not print a number. */
@@ -26,14 +27,4 @@ static inline int bench_cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static inline DLTensor bench_tensor(void *p, DLDataType dt, int nd, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCUDA;
-  t.dtype = dt;
-  t.ndim = nd;
-  t.shape = shape;
-  return t;
-}
 #endif

@@ -88,18 +88,22 @@ static inline int tu_exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
-/* A DLTensor that claims to be CUDA device memory at a fake address: host-side validation
- * (bind, mm) never dereferences it, so bad-input tests need no GPU. */
 #include <dlpack/dlpack.h>
-static inline DLTensor tu_fake_device_tensor(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
+/* A contiguous DLTensor view of CUDA device memory (strides NULL). */
+static inline DLTensor tu_device_tensor(void *data, DLDataType dt, int nd, int64_t *shape) {
   DLTensor t;
   memset(&t, 0, sizeof t);
-  t.data = (void *)addr;
+  t.data = data;
   t.device.device_type = kDLCUDA;
   t.dtype = dt;
   t.ndim = nd;
   t.shape = shape;
   return t;
+}
+/* The same at a fake address: host-side validation (bind, mm) never dereferences it, so
+ * bad-input tests need no GPU. */
+static inline DLTensor tu_fake_device_tensor(uintptr_t addr, DLDataType dt, int nd, int64_t *shape) {
+  return tu_device_tensor((void *)addr, dt, nd, shape);
 }
 
 #endif

@@ -29,18 +29,6 @@ static inline const char *gpu_arch(void) {
   if (!arch[0] && sk_device_arch(0, arch, sizeof arch) != SK_OK) arch[0] = 0;
   return arch;
 }
-/* A device DLTensor view (contiguous: strides NULL). */
-static inline DLTensor gpu_tensor(void *data, DLDataType dt, int ndim, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCUDA;
-  t.ndim = ndim;
-  t.dtype = dt;
-  t.shape = shape;
-  return t;
-}
-
 /* Per-test setup: the kernel cache is SK_GPU_TEST_CACHE when set (prebuilt with sk-warm by
  * tools/gpu-run.sh, so a GPU run does not spend its minutes compiling), else a fresh temp dir
  * (returned; the caller removes it). The primary context is created before sparkinfer runs. */

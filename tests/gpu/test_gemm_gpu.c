@@ -41,7 +41,7 @@ static void upload_operand(skref_gemm_recipe r, skref_gemm_side side, size_t row
   CUDA_OK(cudaMemcpy(d->codes, codes, cb, cudaMemcpyHostToDevice));
   d->cshape[0] = (int64_t)rows;
   d->cshape[1] = (int64_t)(skref_gemm_is_fp4(r) ? k / 2 : k);
-  d->tc = gpu_tensor(d->codes, U8, 2, d->cshape);
+  d->tc = tu_device_tensor(d->codes, U8, 2, d->cshape);
   d->scales = NULL;
   if (sb) {
     CUDA_OK(cudaMalloc(&d->scales, sb));
@@ -50,10 +50,10 @@ static void upload_operand(skref_gemm_recipe r, skref_gemm_side side, size_t row
   if (r == SKREF_GEMM_BLOCK_FP8) {
     d->sshape[0] = side == SKREF_GEMM_A ? (int64_t)rows : (int64_t)((rows + 127) / 128);
     d->sshape[1] = (int64_t)(k / 128);
-    d->ts = gpu_tensor(d->scales, F32, 2, d->sshape);
+    d->ts = tu_device_tensor(d->scales, F32, 2, d->sshape);
   } else {
     d->sshape[0] = (int64_t)sb;
-    d->ts = gpu_tensor(d->scales, U8, 1, d->sshape);
+    d->ts = tu_device_tensor(d->scales, U8, 1, d->sshape);
   }
 }
 static void free_operand(dev_operand *d) {
@@ -104,7 +104,7 @@ static void check_mm(skref_gemm_recipe r, int out, size_t m, size_t n, size_t k,
     CUDA_OK(cudaMemset(ws, 0, wsb));
   }
   int64_t cshape[2] = {(int64_t)m, (int64_t)n}, ashape[1] = {1};
-  DLTensor tcout = gpu_tensor(dc, out_dt[out], 2, cshape), talpha = gpu_tensor(dalpha, F32, 1, ashape);
+  DLTensor tcout = tu_device_tensor(dc, out_dt[out], 2, cshape), talpha = tu_device_tensor(dalpha, F32, 1, ashape);
   void *host[2];
   for (int run = 0; run < 2; run++) {
     CUDA_OK(cudaMemset(dc, 0xff, m * n * ob_bytes)); /* NaN poison */
@@ -151,7 +151,7 @@ static void check_mm_overflow(uint64_t *rng, uint64_t seed) {
   CUDA_OK(cudaMalloc(&dc, m * n * 2));
   CUDA_OK(cudaMemset(dc, 0xff, m * n * 2));
   int64_t cs[2] = {(int64_t)m, (int64_t)n};
-  DLTensor tc = gpu_tensor(dc, out_dt[1], 2, cs);
+  DLTensor tc = tu_device_tensor(dc, out_dt[1], 2, cs);
   SK_OK_OR_FAIL(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &da.tc, NULL, &db.tc, NULL, NULL, &tc, NULL, 0, NULL));
   CUDA_OK(cudaDeviceSynchronize());
   uint16_t *got = malloc(m * n * 2);
@@ -235,7 +235,7 @@ Test(gpu_gemm, mxfp8_linear_matches_quantize_then_reference, .init = setup, .fin
   CUDA_OK(cudaMalloc(&ws, wsb));
   CUDA_OK(cudaMemset(ws, 0, wsb));
   int64_t xs_shape[2] = {m, k}, os[2] = {m, n};
-  DLTensor tx = gpu_tensor(dx, out_dt[0], 2, xs_shape), to = gpu_tensor(dout, out_dt[0], 2, os);
+  DLTensor tx = tu_device_tensor(dx, out_dt[0], 2, xs_shape), to = tu_device_tensor(dout, out_dt[0], 2, os);
   SK_OK_OR_FAIL(sk_gemm_mxfp8_linear(&tx, &dw.tc, &dw.ts, NULL, &to, ws, wsb, NULL));
   CUDA_OK(cudaDeviceSynchronize());
   uint16_t *got = malloc(m * n * 2);
@@ -269,9 +269,9 @@ Test(gpu_gemm, graph_replay_after_prewarm_and_freeze, .init = setup, .fini = tea
   CUDA_OK(cudaMalloc(&ws, wsb ? wsb : 256));
   CUDA_OK(cudaMemset(ws, 0, wsb ? wsb : 256));
   int64_t cs[2] = {m, n};
-  DLTensor tc = gpu_tensor(dc, out_dt[0], 2, cs);
+  DLTensor tc = tu_device_tensor(dc, out_dt[0], 2, cs);
   /* An unwarmed configuration is refused after the freeze. */
-  DLTensor tc32 = gpu_tensor(dc, out_dt[2], 2, cs);
+  DLTensor tc32 = tu_device_tensor(dc, out_dt[2], 2, cs);
   cr_assert_eq(sk_gemm_mm(SK_GEMM_NVFP4, &da.tc, &da.ts, &db.tc, &db.ts, NULL, &tc32, ws, wsb, NULL),
                SK_ERR_KERNEL_RESOLUTION_FROZEN);
   cudaStream_t s;
@@ -336,7 +336,7 @@ Test(gpu_gemm, block_fp8_linear_matches_quantize_then_reference, .init = setup, 
     CUDA_OK(cudaMalloc(&dout, m * n * 2));
     CUDA_OK(cudaMemset(dout, 0xff, m * n * 2));
     int64_t xs_shape[2] = {(int64_t)m, (int64_t)k}, os[2] = {(int64_t)m, (int64_t)n};
-    DLTensor tx = gpu_tensor(dx, out_dt[0], 2, xs_shape), to = gpu_tensor(dout, out_dt[0], 2, os);
+    DLTensor tx = tu_device_tensor(dx, out_dt[0], 2, xs_shape), to = tu_device_tensor(dout, out_dt[0], 2, os);
     sk_binding b;
     SK_OK_OR_FAIL(sk_block_fp8_linear_bind(plan, &tx, &dw.tc, &dw.ts, &to, scratch, spec.bytes, &b));
     SK_OK_OR_FAIL(sk_block_fp8_linear_run(plan, &b, NULL));

@@ -84,10 +84,10 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
        *dw = nw == SK_MHC_NORM_NONE ? NULL : upload(wh, (size_t)h * (nw == SK_MHC_NORM_BF16 ? 2 : 4));
   int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h},
           s_fnp[2] = {24, h}, s_3[1] = {3}, s_24[1] = {24}, s_w[1] = {h};
-  DLTensor tx = gpu_tensor(dx, BF, 2, s_x), tres = gpu_tensor(dres, BF, 3, s_r), tpp = gpu_tensor(dpp, F32, 2, s_p),
-           tpc = gpu_tensor(dpc, F32, 3, s_c), tfn = gpu_tensor(dfn, F32, 2, s_fn), tfnp = gpu_tensor(dfnp, F32, 2, s_fnp),
-           tsc = gpu_tensor(dscale, F32, 1, s_3), tba = gpu_tensor(dbase, F32, 1, s_24),
-           tw = gpu_tensor(dw, nw == SK_MHC_NORM_BF16 ? BF : F32, 1, s_w);
+  DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
+           tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tfnp = tu_device_tensor(dfnp, F32, 2, s_fnp),
+           tsc = tu_device_tensor(dscale, F32, 1, s_3), tba = tu_device_tensor(dbase, F32, 1, s_24),
+           tw = tu_device_tensor(dw, nw == SK_MHC_NORM_BF16 ? BF : F32, 1, s_w);
   const DLTensor *pw = nw == SK_MHC_NORM_NONE ? NULL : &tw;
   double *ref4 = malloc(t4h * 8), *mag4 = malloc(t4h * 8), *rpost = malloc((size_t)t * 32),
          *rcomb = malloc((size_t)t * 128), *ry = malloc(th * 8), *ymag = malloc(th * 8);
@@ -96,7 +96,7 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
   /* post */
   {
     void *dout = poisoned(t4h * 2);
-    DLTensor to = gpu_tensor(dout, BF, 3, s_r);
+    DLTensor to = tu_device_tensor(dout, BF, 3, s_r);
     sk_binding b;
     SK_OK_OR_FAIL(sk_mhc_bind_post(plan, &tx, &tres, &tpp, &tpc, &to, &b));
     SK_OK_OR_FAIL(sk_mhc_run(plan, &b, NULL));
@@ -116,8 +116,8 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
   /* pre and post_pre */
   for (int entry = 0; entry < 2; entry++) {
     void *dro = poisoned(t4h * 2), *dy = poisoned(th * 2), *dpo = poisoned((size_t)t * 16), *dco = poisoned((size_t)t * 64);
-    DLTensor tro = gpu_tensor(dro, BF, 3, s_r), ty = gpu_tensor(dy, BF, 2, s_x), tpo = gpu_tensor(dpo, F32, 2, s_p),
-             tco = gpu_tensor(dco, F32, 3, s_c);
+    DLTensor tro = tu_device_tensor(dro, BF, 3, s_r), ty = tu_device_tensor(dy, BF, 2, s_x), tpo = tu_device_tensor(dpo, F32, 2, s_p),
+             tco = tu_device_tensor(dco, F32, 3, s_c);
     sk_binding b;
     if (entry == 0)
       SK_OK_OR_FAIL(sk_mhc_bind_pre(plan, &tx, &tfnp, &tsc, &tba, pw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
@@ -226,11 +226,11 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h}, s_3[1] = {3},
           s_24[1] = {24}, s_w[1] = {h};
   char *o = dout;
-  DLTensor tx = gpu_tensor(dx, BF, 2, s_x), tres = gpu_tensor(dres, BF, 3, s_r), tpp = gpu_tensor(dpp, F32, 2, s_p),
-           tpc = gpu_tensor(dpc, F32, 3, s_c), tfn = gpu_tensor(dfn, F32, 2, s_fn), tsc = gpu_tensor(dsc, F32, 1, s_3),
-           tba = gpu_tensor(dba, F32, 1, s_24), tw = gpu_tensor(dw, BF, 1, s_w), tro = gpu_tensor(o, BF, 3, s_r),
-           ty = gpu_tensor(o + t4h * 2, BF, 2, s_x), tpo = gpu_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
-           tco = gpu_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
+  DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
+           tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tsc = tu_device_tensor(dsc, F32, 1, s_3),
+           tba = tu_device_tensor(dba, F32, 1, s_24), tw = tu_device_tensor(dw, BF, 1, s_w), tro = tu_device_tensor(o, BF, 3, s_r),
+           ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x), tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
+           tco = tu_device_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
   sk_binding b;
   SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
                                      spec.bytes, &b));

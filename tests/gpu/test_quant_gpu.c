@@ -78,11 +78,11 @@ static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
   if (spec.bytes) CUDA_OK(cudaMalloc(&scratch, spec.bytes));
   int64_t xs[2] = {m, k}, vs[2] = {m, c->nvfp4 ? k / 2 : k}, ss[1] = {(int64_t)swz}, rs_shape[2] = {m, (int64_t)cols},
           gss[1] = {1};
-  DLTensor tx = gpu_tensor(dx, c->dtype == SKREF_BF16 ? (DLDataType){kDLBfloat, 16, 1} : (DLDataType){kDLFloat, 16, 1}, 2, xs);
-  DLTensor tv = gpu_tensor(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs);
-  DLTensor ts = gpu_tensor(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss);
-  DLTensor tr = gpu_tensor(dr, (DLDataType){kDLUInt, 8, 1}, 2, rs_shape);
-  DLTensor tg = gpu_tensor(dgs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
+  DLTensor tx = tu_device_tensor(dx, c->dtype == SKREF_BF16 ? (DLDataType){kDLBfloat, 16, 1} : (DLDataType){kDLFloat, 16, 1}, 2, xs);
+  DLTensor tv = tu_device_tensor(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs);
+  DLTensor ts = tu_device_tensor(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss);
+  DLTensor tr = tu_device_tensor(dr, (DLDataType){kDLUInt, 8, 1}, 2, rs_shape);
+  DLTensor tg = tu_device_tensor(dgs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
   sk_binding b;
   if (c->nvfp4)
     SK_OK_OR_FAIL(sk_nvfp4_bind(plan, &tx, &tv, ds ? &ts : NULL, dr ? &tr : NULL, &tg, scratch, spec.bytes, &b));
@@ -210,10 +210,10 @@ Test(gpu_quant, graph_capture_after_freeze_is_bit_exact, .init = setup, .fini = 
           *r8 = s8 + swz8, *gs = (uint8_t *)(((uintptr_t)(r8 + (size_t)m * (k / 32)) + 15) & ~(uintptr_t)15);
   int64_t xs[2] = {m, k}, v4s[2] = {m, k / 2}, s4s[1] = {(int64_t)swz4}, r4s[2] = {m, k / 16}, v8s[2] = {m, k},
           s8s[1] = {(int64_t)swz8}, r8s[2] = {m, k / 32}, gss[1] = {1};
-  DLTensor tx = gpu_tensor(dx, (DLDataType){kDLBfloat, 16, 1}, 2, xs), tv4 = gpu_tensor(v4, (DLDataType){kDLUInt, 8, 1}, 2, v4s),
-           ts4 = gpu_tensor(s4, (DLDataType){kDLUInt, 8, 1}, 1, s4s), tr4 = gpu_tensor(r4, (DLDataType){kDLUInt, 8, 1}, 2, r4s),
-           tv8 = gpu_tensor(v8, (DLDataType){kDLUInt, 8, 1}, 2, v8s), ts8 = gpu_tensor(s8, (DLDataType){kDLUInt, 8, 1}, 1, s8s),
-           tr8 = gpu_tensor(r8, (DLDataType){kDLUInt, 8, 1}, 2, r8s), tg = gpu_tensor(gs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
+  DLTensor tx = tu_device_tensor(dx, (DLDataType){kDLBfloat, 16, 1}, 2, xs), tv4 = tu_device_tensor(v4, (DLDataType){kDLUInt, 8, 1}, 2, v4s),
+           ts4 = tu_device_tensor(s4, (DLDataType){kDLUInt, 8, 1}, 1, s4s), tr4 = tu_device_tensor(r4, (DLDataType){kDLUInt, 8, 1}, 2, r4s),
+           tv8 = tu_device_tensor(v8, (DLDataType){kDLUInt, 8, 1}, 2, v8s), ts8 = tu_device_tensor(s8, (DLDataType){kDLUInt, 8, 1}, 1, s8s),
+           tr8 = tu_device_tensor(r8, (DLDataType){kDLUInt, 8, 1}, 2, r8s), tg = tu_device_tensor(gs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
   sk_binding bn, bm;
   SK_OK_OR_FAIL(sk_nvfp4_bind(np, &tx, &tv4, &ts4, &tr4, &tg, scratch, spec.bytes, &bn));
   SK_OK_OR_FAIL(sk_mxfp8_bind(mp, &tx, &tv8, &ts8, &tr8, NULL, 0, &bm));
