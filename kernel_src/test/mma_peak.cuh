@@ -1,0 +1,42 @@
+// Tensor-core ceiling probe for bench_mma_peak: the rate at which one SM retires warp-level
+// mma.sync when nothing else limits it (operands in registers, independent accumulators).
+// It gives the prefill GEMM goals a measured denominator on the GPU at hand.
+#pragma once
+#include "common/defs.cuh"
+#include "common/mma.cuh"
+
+namespace sk_test {
+
+// KIND 0: m16n8k16 f16, 1: m16n8k16 bf16, 2: m16n8k32 e4m3 (sm_89+; ptxas emulates it on sm_90).
+// Each warp issues ITERS rounds of kChains independent MMAs (enough to cover MMA latency), then
+// folds its accumulators into out[] so nothing is dead code. Operands come from `seed` so the
+// compiler cannot constant-fold them.
+template <int KIND, int ITERS>
+__global__ void __launch_bounds__(256) mma_peak(float* __restrict__ out, sk::u32 seed) {
+  constexpr int kChains = 8;
+  const sk::u32 lane = threadIdx.x & 31u;
+  sk::u32 a[4] = {seed ^ lane, seed + lane, seed * 3u + lane, seed ^ (lane << 8)};
+  sk::u32 b[2] = {seed + 7u * lane, seed ^ (lane << 16)};
+  float acc[kChains][4];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[c][e] = 0.0f;
+#pragma unroll 1
+  for (int it = 0; it < ITERS; ++it) {
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) {
+      if constexpr (KIND == 0) sk::mma_f16_m16n8k16(acc[c], a, b);
+      else if constexpr (KIND == 1) sk::mma_bf16_m16n8k16(acc[c], a, b);
+      else sk::mma_e4m3_m16n8k32(acc[c], a, b);
+    }
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChains; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sum += acc[c][e];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+
+}  // namespace sk_test
