@@ -7,8 +7,8 @@
 //   S = H / 256 (hidden tiles). All tensors dense row-major, contiguous, and 16-byte aligned
 //   (cudaMalloc / cuMemAlloc give 256). No output may alias an input or another output.
 //   Scalars: the eps values as fp32, sinkhorn_iters as int (host rejects < 1; the kernels treat < 1
-//   as 1). No dynamic shared memory anywhere (pass 0). Deterministic: no atomics, fixed-order
-//   reductions; bits do not depend on tokens_per_cta, the warps per partial CTA or hidden_per_cta.
+//   as 1). Dynamic shared memory only in the partial kernels (below; elsewhere pass 0). Deterministic: no atomics, fixed-order
+//   reductions; bits do not depend on tokens_per_cta, num_stages or hidden_per_cta.
 //
 // Scratch: partials fp32 [T_max][S][36] (kPartialStride), scratch_bytes = T_max * S * 36 * 4.
 //   Needs no initialisation; the partial kernel writes every slot the finalize reads.
@@ -32,7 +32,7 @@
 //        const float* fn_pre,     // [24, H]  = sum over the 4 stream blocks of fn [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (4 copies of x)
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..33
-//        int num_tokens, int tokens_per_cta);
+//        int num_tokens, int tokens_per_cta, int num_stages);
 //    template <int HIDDEN> __global__ void post_pre_partial_kernel(
 //        const bf16* x,           // [T, H]
 //        const bf16* residual,    // [T, 4, H]
@@ -41,15 +41,16 @@
 //        const float* fn,         // [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (the mix-back)
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..33
-//        int num_tokens, int tokens_per_cta);
-//    W = warps per CTA in {1, 2, 3, 6}; block = exactly 32 * W threads;
-//    grid = (ceil(T / tokens_per_cta), S, 6 / W)      (blockDim.x * gridDim.z must be 192).
-//    Warp w of CTA (bx, tile, z) plays role z * W + w (mixes 4*role .. 4*role+3 and its Gram
-//    entries); role group z = 0 also stores residual_out.
-//    tokens_per_cta >= 1: how many tokens one CTA walks (fn is read once per CTA; larger = less
-//    fn traffic, fewer CTAs). Suggested: decode (T <= 16): W = 1, tokens_per_cta = 1;
-//    otherwise W = 6 and tokens_per_cta = clamp(ceil(T * S / (2 * num_SMs)), 1, 64).
-//    Static shared memory: 24 KiB (post_pre), 6 KiB (pre).
+//        int num_tokens, int tokens_per_cta, int num_stages);
+//    Tensor cores (mma.sync m16n8k16 bf16, sm_80+): tokens in groups of 16 are the M side, the
+//    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per CTA).
+//    block = exactly 128 threads (pre) / 512 threads (post_pre); grid = (ceil(T / tokens_per_cta), S, 1).
+//    tokens_per_cta: a multiple of 16 (16 .. 1024); bits do not depend on it.
+//    num_stages in {2, 3, 4}: cp.async stage buffers; dynamic shared memory =
+//    num_stages * partial_stage_bytes(NS) = num_stages * 8 KiB (pre) / 40 KiB (post_pre); above
+//    48 KiB the host raises the kernel's max dynamic shared memory attribute. Static smem 2.5 KiB.
+//    Suggested: num_stages 3 on sm_80/sm_90/sm_100, 2 on sm_86/89/120/121 (99 KiB per block);
+//    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
 //
 // 3. template <int HIDDEN, typename NormWeight> __global__ void pre_finalize_kernel(
 //        const bf16* x,           // [T, H]  (the streams are 4 copies of x)
@@ -73,9 +74,10 @@
 //    Must start after the partial kernel of the same call has finished (stream order is enough).
 //
 // Grid limits: grid.x is at most 2^31 - 1 (T), grid.y = S or H / hidden_per_cta (< 65536).
-// Measured on an H200 (sm_90a build; SM120 numbers pending), H = 4096, CUDA-graph replay:
+// Measured on an H200 before the tensor-core partial kernels (sm_90a), H = 4096, CUDA-graph replay:
 //   decode T = 1: post_pre 5.3 us (partial 2.1 + finalize 3.2), pre 4.9 us, post 1.4 us.
 //   prefill T = 4096: post_pre 390 us (partial ~345, instruction-bound), pre 112 us, post 73 us.
+//   New numbers pending (the owner measures with build/bench/bench_mhc).
 // ==========================================================================================================
 #pragma once
 #include <cuda_bf16.h>
