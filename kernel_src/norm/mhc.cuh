@@ -7,8 +7,8 @@
 //   S = H / 256 (hidden tiles). All tensors dense row-major, contiguous, and 16-byte aligned
 //   (cudaMalloc / cuMemAlloc give 256). No output may alias an input or another output.
 //   Scalars: the eps values as fp32, sinkhorn_iters as int (host rejects < 1; the kernels treat < 1
-//   as 1). No dynamic shared memory anywhere (pass 0). Deterministic: no atomics, fixed-order
-//   reductions; bits do not depend on tokens_per_cta, the warps per partial CTA or hidden_per_cta.
+//   as 1). Dynamic shared memory only in the partial kernels (below; elsewhere pass 0). Deterministic: no atomics, fixed-order
+//   reductions; bits do not depend on tokens_per_cta, num_stages or hidden_per_cta.
 //
 // Scratch: partials fp32 [T_max][S][36] (kPartialStride), scratch_bytes = T_max * S * 36 * 4.
 //   Needs no initialisation; the partial kernel writes every slot the finalize reads.
@@ -32,7 +32,7 @@
 //        const float* fn_pre,     // [24, H]  = sum over the 4 stream blocks of fn [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (4 copies of x)
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..33
-//        int num_tokens, int tokens_per_cta);
+//        int num_tokens, int tokens_per_cta, int num_stages);
 //    template <int HIDDEN> __global__ void post_pre_partial_kernel(
 //        const bf16* x,           // [T, H]
 //        const bf16* residual,    // [T, 4, H]
@@ -41,15 +41,16 @@
 //        const float* fn,         // [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (the mix-back)
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..33
-//        int num_tokens, int tokens_per_cta);
-//    W = warps per CTA in {1, 2, 3, 6}; block = exactly 32 * W threads;
-//    grid = (ceil(T / tokens_per_cta), S, 6 / W)      (blockDim.x * gridDim.z must be 192).
-//    Warp w of CTA (bx, tile, z) plays role z * W + w (mixes 4*role .. 4*role+3 and its Gram
-//    entries); role group z = 0 also stores residual_out.
-//    tokens_per_cta >= 1: how many tokens one CTA walks (fn is read once per CTA; larger = less
-//    fn traffic, fewer CTAs). Suggested: decode (T <= 16): W = 1, tokens_per_cta = 1;
-//    otherwise W = 6 and tokens_per_cta = clamp(ceil(T * S / (2 * num_SMs)), 1, 64).
-//    Static shared memory: 24 KiB (post_pre), 6 KiB (pre).
+//        int num_tokens, int tokens_per_cta, int num_stages);
+//    Tensor cores (mma.sync m16n8k16 bf16, sm_80+): tokens in groups of 16 are the M side, the
+//    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per CTA).
+//    block = exactly 128 threads (pre) / 512 threads (post_pre); grid = (ceil(T / tokens_per_cta), S, 1).
+//    tokens_per_cta: a multiple of 16 (16 .. 1024); bits do not depend on it.
+//    num_stages in {2, 3, 4}: cp.async stage buffers; dynamic shared memory =
+//    num_stages * partial_stage_bytes(NS) = num_stages * 8 KiB (pre) / 40 KiB (post_pre); above
+//    48 KiB the host raises the kernel's max dynamic shared memory attribute. Static smem 2.5 KiB.
+//    Suggested: num_stages 3 on sm_80/sm_90/sm_100, 2 on sm_86/89/120/121 (99 KiB per block);
+//    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
 //
 // 3. template <int HIDDEN, typename NormWeight> __global__ void pre_finalize_kernel(
 //        const bf16* x,           // [T, H]  (the streams are 4 copies of x)
@@ -73,17 +74,20 @@
 //    Must start after the partial kernel of the same call has finished (stream order is enough).
 //
 // Grid limits: grid.x is at most 2^31 - 1 (T), grid.y = S or H / hidden_per_cta (< 65536).
-// Measured on an H200 (sm_90a build; SM120 numbers pending), H = 4096, CUDA-graph replay:
+// Measured on an H200 before the tensor-core partial kernels (sm_90a), H = 4096, CUDA-graph replay:
 //   decode T = 1: post_pre 5.3 us (partial 2.1 + finalize 3.2), pre 4.9 us, post 1.4 us.
 //   prefill T = 4096: post_pre 390 us (partial ~345, instruction-bound), pre 112 us, post 73 us.
+//   New numbers pending (the owner measures with build/bench/bench_mhc).
 // ==========================================================================================================
 #pragma once
 #include <cuda_bf16.h>
 
 #include "common/defs.cuh"
+#include "common/mma.cuh"
 #include "common/reduce.cuh"
 #include "norm/bf16x8.cuh"
 #include "norm/mhc_coeffs.cuh"
+#include "norm/mhc_layout.cuh"
 
 namespace sk {
 namespace mhc {
@@ -93,10 +97,6 @@ typedef __nv_bfloat16 bf16;
 constexpr int kLanesPerTile = kWarpSize;
 constexpr int kTileH = kLanesPerTile * kBf16PerVector;  // 256 hidden elements: one warp, 16 B per lane
 constexpr int kPartialStride = 36;                      // floats per (token, tile) row: 24 dots, 10 Gram, 2 pad
-constexpr int kRoles = 6;                               // mix groups of the partial kernels
-constexpr int kMixesPerRole = kMixes / kRoles;          // 4
-constexpr int kPartialMaxThreads = kRoles * kWarpSize;  // 192
-constexpr int kTokenBatch = 12;                         // tokens staged at once (a multiple of every W)
 constexpr int kPostThreads = 128;
 constexpr int kFinalizeThreads = 128;
 
@@ -104,10 +104,6 @@ constexpr int kFinalizeThreads = 128;
 struct NoNormWeight {};
 
 SK_HOST_DEVICE constexpr int num_tiles(int hidden) { return hidden / kTileH; }
-
-// Gram pairs of a role: roles 0-3 take two, roles 4-5 one, so the 10 pairs are covered once.
-SK_HOST_DEVICE constexpr int role_gram_pairs(int role) { return role < 4 ? 2 : 1; }
-SK_HOST_DEVICE constexpr int role_first_gram_pair(int role) { return role < 4 ? 2 * role : role + 4; }
 
 SK_DEVICE i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
@@ -174,12 +170,86 @@ __global__ void __launch_bounds__(kPostThreads)
   for (int s = 0; s < kStreams; ++s) store_16B(out + (token * kStreams + s) * HIDDEN + h, o[s]);
 }
 
-// ---- 2. partials ----------------------------------------------------------------------------------------
+// ---- 2. partials (tensor cores) ---------------------------------------------------------------------
 //
-// CTA (token block, tile, role group). Warp w of the CTA plays role blockIdx.z * W + w: mixes
-// 4*role .. 4*role+3 and its Gram pairs, for every token of the block. Tokens go through shared
-// memory in batches of kTokenBatch: the CTA's warps stage the batch's streams (computing and,
-// in role group 0, storing residual_out), then every warp reduces its values for each token.
+// CTA (token block, tile): 4*NS warps (NS = streams held in smem: 1 for run_pre, 4 for post_pre).
+// Tokens go in groups of 16 (the M of mma.m16n8k16) through a ring of cp.async stage buffers
+// (dynamic smem). Per group:
+//   stage   post_pre: mix-back of the group's x/residual chunks in place (smem -> smem), store of
+//           residual_out; pre: store of the 4 copies of x.
+//   mma     warp (s, q): projection of its 64-element slice of stream s for the 16 tokens
+//           against fn split exactly into 3 bf16 terms (hi + mid + lo, registers, loaded once
+//           per CTA): 4 k-steps x 3 n-tiles x 3 terms; plus its share of the 16 Gram units
+//           (token quad x quarter; A = 4 tokens x 4 streams, B = 2 tokens x 4 streams, the
+//           diagonal token blocks kept; products of bf16 are exact).
+//   reduce  warps' partial sums into smem (the consumed stage buffer), then one thread per
+//           (token, slot) sums them in warp order and writes the partial row.
+// Index math: norm/mhc_layout.cuh (emulated on the CPU by tests/ref/mhc_emu.c).
+
+constexpr int kGroup = SK_MHC_GROUP;
+constexpr int kChunks = SK_MHC_CHUNKS;
+constexpr int kWarpKSteps = SK_MHC_WARP_KSTEPS;
+constexpr int kNTiles = kMixes / 8;    // 3 n8 tiles of the 24 mixes
+constexpr int kFnTerms = 3;            // fn = hi + mid + lo (bf16): exact for normal fp32
+constexpr int kGramUnits = 16;         // (token quad, hidden quarter) per group
+constexpr int kPartialSlots = kMixes + kGramPairs;  // 34 written per row
+constexpr int kMaxStages = 4;
+
+// Dynamic shared memory of one stage buffer: the stream region (NS x 16 tokens x 512 B; reused
+// for the warps' projection sums once consumed), then x (post_pre only, 16 x 512 B).
+SK_HOST_DEVICE constexpr int partial_stage_bytes(int ns) { return (ns + (ns > 1 ? 1 : 0)) * kGroup * kChunks * 16; }
+
+// fn = hi + mid + lo with each term a bf16 (round to nearest): f - hi and (f - hi) - mid are
+// exact in fp32 and the last remainder has at most 8 significant bits, so the sum is exactly f
+// (for |f| >= 2^-110; below that lo may lose bits to bf16 subnormals: irrelevant absolutely).
+SK_DEVICE void split_bf16x3(float f, u16 (&terms)[kFnTerms]) {
+  const __nv_bfloat16 hi = __float2bfloat16_rn(f);
+  const float r1 = f - __bfloat162float(hi);
+  const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+  const float r2 = r1 - __bfloat162float(mid);
+  terms[0] = __bfloat16_as_ushort(hi);
+  terms[1] = __bfloat16_as_ushort(mid);
+  terms[2] = __bfloat16_as_ushort(__float2bfloat16_rn(r2));
+}
+
+template <int HIDDEN, int NS>
+struct PartialArgs {
+  const bf16* __restrict__ x;          // [T, H]
+  const bf16* __restrict__ residual;   // [T, 4, H] (post_pre)
+  const float* __restrict__ prev_post; // [T, 4]    (post_pre)
+  const float* __restrict__ prev_comb; // [T, 4, 4] (post_pre)
+  const float* __restrict__ fn;        // [24, NS * H]
+  bf16* __restrict__ residual_out;
+  float* __restrict__ partials;
+};
+
+// cp.async of one group's inputs (chunks of tile `tile`) into a stage buffer; tokens >= end are
+// zero-filled (the MMAs read them; their rows are never written out).
+template <int HIDDEN, int NS>
+SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 group_first, i64 end, int tile) {
+  constexpr int kRowsPerToken = NS > 1 ? NS + 1 : 1;  // streams (+ x)
+  constexpr int kUnits = kGroup * kRowsPerToken * kChunks;
+  for (int u = static_cast<int>(threadIdx.x); u < kUnits; u += static_cast<int>(blockDim.x)) {
+    const int chunk = u % kChunks, row = u / kChunks;
+    const int token = row / kRowsPerToken, which = row % kRowsPerToken;  // which: stream, or NS = x
+    const i64 tg = group_first + token;
+    const bool valid = tg < end;
+    const i64 col = static_cast<i64>(tile) * kTileH + chunk * kBf16PerVector;
+    const bf16* src;
+    uint4* dst;
+    if (NS == 1) {
+      src = a.x + (valid ? tg : 0) * HIDDEN + col;
+      dst = buf + sk_mhc_chunk_index(1, token, 0, chunk);
+    } else if (which < NS) {
+      src = a.residual + ((valid ? tg : 0) * kStreams + which) * HIDDEN + col;
+      dst = buf + sk_mhc_chunk_index(NS, token, which, chunk);
+    } else {
+      src = a.x + (valid ? tg : 0) * HIDDEN + col;
+      dst = buf + NS * kGroup * kChunks + token * kChunks + chunk;
+    }
+    cp_async_16(dst, src, valid ? 16 : 0);
+  }
+}
 
 // bf16 element e of a packed 16-byte vector, widened exactly to fp32.
 SK_DEVICE float bf16_element(const uint4& v, int e) {
@@ -187,178 +257,214 @@ SK_DEVICE float bf16_element(const uint4& v, int e) {
   return __uint_as_float((e & 1) ? (word & 0xffff0000u) : (word << 16));
 }
 
-// Input side of the partial kernels: what "the 4 streams of a tile" are.
-template <int HIDDEN>
-struct BroadcastStreams {  // run_pre: the 4 streams are copies of x
-  static constexpr int kStaged = 1;        // vectors staged per lane and token
-  static constexpr int kProjCols = HIDDEN; // columns of fn_pre
-  const bf16* __restrict__ x;
-
-  SK_DEVICE void stage(i64 token, i64 h, bool store, bf16* __restrict__ residual_out, uint4 (&staged)[kStaged]) const {
-    const uint4 v = load_readonly_16B(x + token * HIDDEN + h);
-    staged[0] = v;
-    if (store) {
+// Stage: post_pre mixes back in place (stream i of the chunk is replaced by output stream i, same
+// fma chain as mix_back_vector) and stores residual_out; pre stores 4 copies of x.
+template <int HIDDEN, int NS>
+SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 group_first, i64 end, int tile) {
+  constexpr int kUnits = kGroup * kChunks;
+  for (int u = static_cast<int>(threadIdx.x); u < kUnits; u += static_cast<int>(blockDim.x)) {
+    const int chunk = u % kChunks, token = u / kChunks;
+    const i64 tg = group_first + token;
+    if (tg >= end) continue;  // zero rows stay zero
+    const i64 col = static_cast<i64>(tile) * kTileH + chunk * kBf16PerVector;
+    bf16* out = a.residual_out + tg * kStreams * HIDDEN + col;
+    if (NS == 1) {
+      const uint4 v = buf[sk_mhc_chunk_index(1, token, 0, chunk)];
 #pragma unroll
-      for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, v);
-    }
-  }
-};
-
-template <int HIDDEN>
-struct MixedBackStreams {  // run_post_pre: the streams are the mix-back of residual and x
-  static constexpr int kStaged = kStreams;
-  static constexpr int kProjCols = kStreams * HIDDEN;
-  const bf16* __restrict__ x;
-  const bf16* __restrict__ residual;
-  const float* __restrict__ prev_post;
-  const float* __restrict__ prev_comb;
-
-  // Computes one output stream at a time from the packed inputs: a small live set next to the
-  // fn slice the calling warp keeps in registers. Same fma chain as mix_back_vector (same bits).
-  SK_DEVICE void stage(i64 token, i64 h, bool store, bf16* __restrict__ residual_out, uint4 (&staged)[kStaged]) const {
-    const uint4 xv = load_readonly_16B(x + token * HIDDEN + h);
-    uint4 r[kStreams];
-#pragma unroll
-    for (int s = 0; s < kStreams; ++s) r[s] = load_readonly_16B(residual + (token * kStreams + s) * HIDDEN + h);
-#pragma unroll
-    for (int j = 0; j < kStreams; ++j) {
-      const float post_j = __ldg(prev_post + kStreams * token + j);
-      float comb_j[kStreams];
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i) comb_j[i] = __ldg(prev_comb + kStreams * (kStreams * token + i) + j);
-      float v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float acc = post_j * bf16_element(xv, e);
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i) acc = fmaf(comb_j[i], bf16_element(r[i], e), acc);
-        v[e] = acc;
-      }
-      staged[j] = pack_bf16x8_rn(v);
-    }
-    if (store) {
-#pragma unroll
-      for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, staged[s]);
-    }
-  }
-};
-
-// One role's work on one token of one tile: 4 projection dots (+ its Gram pairs) over the lane's
-// 8 elements (element-major, stream-minor: a fixed order), then summed over the warp; lane 0
-// writes them to the token's partial row. The streams stay packed and are widened as used, so
-// only the fn slice occupies many registers.
-template <int ROLE, int STAGED>
-SK_DEVICE void reduce_role_values(const float (&w)[kMixesPerRole][STAGED][8], const uint4 (&packed)[STAGED],
-                                  float* __restrict__ partial_row) {
-  constexpr bool kBroadcast = STAGED == 1;
-  // Broadcast streams: role 0 computes sum x^2, which is every Gram entry.
-  constexpr int kGram = kBroadcast ? (ROLE == 0 ? 1 : 0) : role_gram_pairs(ROLE);
-  constexpr int kValues = kMixesPerRole + kGram;
-  float v[kValues];
-#pragma unroll
-  for (int i = 0; i < kValues; ++i) v[i] = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    float r[STAGED];
-#pragma unroll
-    for (int s = 0; s < STAGED; ++s) r[s] = bf16_element(packed[s], e);
-#pragma unroll
-    for (int s = 0; s < STAGED; ++s)
-#pragma unroll
-      for (int m = 0; m < kMixesPerRole; ++m) v[m] = fmaf(w[m][s][e], r[s], v[m]);
-#pragma unroll
-    for (int g = 0; g < kGram; ++g) {
-      const int pair = kBroadcast ? 0 : role_first_gram_pair(ROLE) + g;
-      const int a = kBroadcast ? 0 : gram_stream_a(pair), b = kBroadcast ? 0 : gram_stream_b(pair);
-      v[kMixesPerRole + g] = fmaf(r[a], r[b], v[kMixesPerRole + g]);
-    }
-  }
-  warp_sum_each(v);
-  if (threadIdx.x % kWarpSize == 0) {
-#pragma unroll
-    for (int m = 0; m < kMixesPerRole; ++m) partial_row[kMixesPerRole * ROLE + m] = v[m];
-    if (kBroadcast) {
-      if (kGram > 0) {
-#pragma unroll
-        for (int p = 0; p < kGramPairs; ++p) partial_row[kGramSlot0 + p] = v[kValues - 1];
-      }
+      for (int s = 0; s < kStreams; ++s) store_16B(out + s * HIDDEN, v);
     } else {
+      // One output stream at a time from the packed inputs: a small live set next to the fn
+      // fragments held in registers. Same fma chain as mix_back_vector (same bits as run_post).
+      const uint4 xv = buf[NS * kGroup * kChunks + token * kChunks + chunk];
+      uint4 r[kStreams];
 #pragma unroll
-      for (int g = 0; g < kGram; ++g) partial_row[kGramSlot0 + role_first_gram_pair(ROLE) + g] = v[kMixesPerRole + g];
+      for (int s = 0; s < kStreams; ++s) r[s] = buf[sk_mhc_chunk_index(NS, token, s, chunk)];
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) {
+        const float post_j = __ldg(a.prev_post + kStreams * tg + j);
+        float comb_j[kStreams];
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i) comb_j[i] = __ldg(a.prev_comb + kStreams * (kStreams * tg + i) + j);
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float acc = post_j * bf16_element(xv, e);
+#pragma unroll
+          for (int i = 0; i < kStreams; ++i) acc = fmaf(comb_j[i], bf16_element(r[i], e), acc);
+          v[e] = acc;
+        }
+        const uint4 o = pack_bf16x8_rn(v);
+        buf[sk_mhc_chunk_index(NS, token, j, chunk)] = o;  // r[] holds the inputs: in place is safe
+        store_16B(out + j * HIDDEN, o);
+      }
     }
   }
 }
 
-template <int HIDDEN, class Streams>
-SK_DEVICE void partial_body(const Streams& streams, const float* __restrict__ fn, bf16* __restrict__ residual_out,
-                            float* __restrict__ partials, int num_tokens, int tokens_per_cta) {
+SK_DEVICE void cp_async_wait_pending(int n_pending) {  // wait_group takes an immediate
+  if (n_pending <= 0) cp_async_wait<0>();
+  else if (n_pending == 1) cp_async_wait<1>();
+  else cp_async_wait<2>();
+}
+
+template <int HIDDEN, int NS>
+SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, int tokens_per_cta, int num_stages) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
+  static_assert(kMaxStages - 2 <= 2, "cp_async_wait_pending covers up to 2 pending groups");
   constexpr int kTiles = num_tiles(HIDDEN);
-  constexpr int kStaged = Streams::kStaged;
-  __shared__ uint4 staged[kTokenBatch][kStaged][kLanesPerTile];
+  constexpr int kWarps = 4 * NS;
+  constexpr int kStageU4 = partial_stage_bytes(NS) / 16;
+  static_assert(kWarps * kGroup * kMixes * 4 <= NS * kGroup * kChunks * 16, "projection sums fit the stream region");
+  extern __shared__ uint4 stage_smem[];
+  __shared__ float gram_sums[4][kGroup][kGramPairs];  // [quarter][token][pair]
 
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-  const int role = static_cast<int>(blockIdx.z) * warps + warp;
+  const int stream = warp / 4, quarter = warp % 4;
   const int tile = static_cast<int>(blockIdx.y);
-  const i64 h = static_cast<i64>(tile) * kTileH + lane * kBf16PerVector;
-  const bool stores_streams = blockIdx.z == 0;  // one role group writes residual_out
-  const i64 first_token = static_cast<i64>(blockIdx.x) * tokens_per_cta;
-  const i64 end_token = min_i64(first_token + tokens_per_cta, num_tokens);
+  const int stages = num_stages < 2 ? 2 : num_stages > kMaxStages ? kMaxStages : num_stages;
+  const i64 first = static_cast<i64>(blockIdx.x) * tokens_per_cta;
+  const i64 end = min_i64(first + tokens_per_cta, num_tokens);
+  const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
 
-  // The role's slice of the projection, kept in registers for every token of the CTA:
-  // w[m][s][e] = fn[4*role + m][s*H + h + e].
-  float w[kMixesPerRole][kStaged][8];
-#pragma unroll
-  for (int m = 0; m < kMixesPerRole; ++m)
-#pragma unroll
-    for (int s = 0; s < kStaged; ++s)
-      load_readonly_f32x8(fn + static_cast<i64>(kMixesPerRole * role + m) * Streams::kProjCols + s * HIDDEN + h,
-                          w[m][s]);
-
-  for (i64 batch_begin = first_token; batch_begin < end_token; batch_begin += kTokenBatch) {
-    const int batch = static_cast<int>(min_i64(kTokenBatch, end_token - batch_begin));
-    for (int i = warp; i < batch; i += warps) {
-      uint4 v[kStaged];
-      streams.stage(batch_begin + i, h, stores_streams, residual_out, v);
-#pragma unroll
-      for (int s = 0; s < kStaged; ++s) staged[i][s][lane] = v[s];
-    }
-    __syncthreads();
-    for (int i = 0; i < batch; ++i) {
-      uint4 r[kStaged];
-#pragma unroll
-      for (int s = 0; s < kStaged; ++s) r[s] = staged[i][s][lane];
-      float* row = partials + ((batch_begin + i) * kTiles + tile) * kPartialStride;
-      switch (role) {  // roles as template parameters: their Gram pairs index registers statically
-        case 0: reduce_role_values<0>(w, r, row); break;
-        case 1: reduce_role_values<1>(w, r, row); break;
-        case 2: reduce_role_values<2>(w, r, row); break;
-        case 3: reduce_role_values<3>(w, r, row); break;
-        case 4: reduce_role_values<4>(w, r, row); break;
-        default: reduce_role_values<5>(w, r, row); break;
-      }
-    }
-    __syncthreads();  // the next batch overwrites staged
+  // Prologue: the first stages - 1 groups in flight (one commit per slot, empty or not, so the
+  // group count that wait_group sees is uniform).
+  for (int p = 0; p < stages - 1; ++p) {
+    if (p < groups) issue_group_loads(a, stage_smem + p * kStageU4, first + p * kGroup, end, tile);
+    cp_async_commit();
   }
+
+  // fn slice of this warp, split into 3 bf16 terms, for every token of the CTA:
+  // b[term][ks][nt][half] = the pair fn[mix][col], fn[mix][col + 1] of sk_mhc_b_col / sk_mhc_b_mix.
+  u32 b[kFnTerms][kWarpKSteps][kNTiles][2];
+  {
+    const float* fn_warp = a.fn + static_cast<i64>(stream) * HIDDEN + static_cast<i64>(tile) * kTileH;
+#pragma unroll
+    for (int ks = 0; ks < kWarpKSteps; ++ks)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float2 f = __ldg(reinterpret_cast<const float2*>(
+              fn_warp + static_cast<i64>(sk_mhc_b_mix(nt, lane)) * (NS * HIDDEN) + sk_mhc_b_col(quarter, ks, half, lane)));
+          u16 lo[kFnTerms], hi[kFnTerms];
+          split_bf16x3(f.x, lo);
+          split_bf16x3(f.y, hi);
+#pragma unroll
+          for (int term = 0; term < kFnTerms; ++term)
+            b[term][ks][nt][half] = static_cast<u32>(lo[term]) | (static_cast<u32>(hi[term]) << 16);
+        }
+  }
+
+  for (int grp = 0; grp < groups; ++grp) {
+    uint4* buf = stage_smem + (grp % stages) * kStageU4;
+    const i64 group_first = first + static_cast<i64>(grp) * kGroup;
+    cp_async_wait_pending(stages - 2);
+    __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
+    {
+      const int next = grp + stages - 1;  // into the buffer the previous iteration released
+      if (next < groups)
+        issue_group_loads(a, stage_smem + (next % stages) * kStageU4, first + static_cast<i64>(next) * kGroup, end, tile);
+      cp_async_commit();
+    }
+    stage_group(a, buf, group_first, end, tile);
+    __syncthreads();
+
+    // Gram units u = warp, warp + kWarps, ...: token quad u / 4, hidden quarter u % 4. Written
+    // straight to gram_sums (not aliased with the stage buffer; its last readers passed the
+    // barrier at the top of this iteration).
+#pragma unroll 1
+    for (int unit = warp; unit < kGramUnits; unit += kWarps) {
+      const int quad = unit / 4, gq = unit % 4;
+      float gram[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int ks = 0; ks < kWarpKSteps; ++ks) {
+        const int ar = sk_mhc_a_row(lane);
+        u32 afrag[4];
+        ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, 4 * quad + ar / 4, sk_mhc_gram_stream(NS, ar),
+                                                    sk_mhc_a_chunk(gq, ks, lane)));
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int br = sk_mhc_gram_b_row(lane);
+          u32 bfrag[2];
+          ldmatrix_x2(bfrag, buf + sk_mhc_chunk_index(NS, 4 * quad + 2 * j + br / 4, sk_mhc_gram_stream(NS, br),
+                                                      sk_mhc_gram_b_chunk(gq, ks, lane)));
+          mma_bf16_m16n8k16(gram[j], afrag, bfrag);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int ga = sk_mhc_gram_a(lane), gb = sk_mhc_gram_b(i, lane);
+          if (sk_mhc_gram_useful(j, i, lane) && ga <= gb)
+            gram_sums[gq][4 * quad + sk_mhc_gram_token(j, lane)][sk_mhc_gram_pair(ga, gb)] = gram[j][i];
+        }
+    }
+
+    // Projection: this warp's 64-element slice of stream `stream` for the 16 tokens.
+    float acc[kNTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kWarpKSteps; ++ks) {
+      u32 afrag[4];
+      ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, sk_mhc_a_row(lane), stream, sk_mhc_a_chunk(quarter, ks, lane)));
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int term = 0; term < kFnTerms; ++term) mma_bf16_m16n8k16(acc[nt], afrag, b[term][ks][nt]);
+    }
+    __syncthreads();  // every warp is done reading the stream region: reuse it for the sums
+
+    float* proj_sums = reinterpret_cast<float*>(buf);  // [warp][token][mix]
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; i += 2)
+        *reinterpret_cast<float2*>(proj_sums + (warp * kGroup + sk_mhc_c_token(i, lane)) * kMixes +
+                                   sk_mhc_c_mix(nt, i, lane)) = make_float2(acc[nt][i], acc[nt][i + 1]);
+    __syncthreads();
+
+    // One thread per (token, slot): warps (quarters) summed in index order.
+    for (int u = static_cast<int>(threadIdx.x); u < kGroup * kPartialSlots; u += static_cast<int>(blockDim.x)) {
+      const int token = u / kPartialSlots, slot = u % kPartialSlots;
+      const i64 tg = group_first + token;
+      if (tg >= end) continue;
+      float sum;
+      if (slot < kMixes) {
+        sum = proj_sums[token * kMixes + slot];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) sum += proj_sums[(w * kGroup + token) * kMixes + slot];
+      } else {
+        const int pair = slot - kMixes;
+        sum = ((gram_sums[0][token][pair] + gram_sums[1][token][pair]) + gram_sums[2][token][pair]) +
+              gram_sums[3][token][pair];
+      }
+      a.partials[(tg * kTiles + tile) * kPartialStride + slot] = sum;
+    }
+  }
+  cp_async_wait<0>();  // no copy may outlive the CTA (only empty groups can be pending here)
 }
 
 template <int HIDDEN>
-__global__ void __launch_bounds__(kPartialMaxThreads)
+__global__ void __launch_bounds__(4 * kWarpSize, 4)
     pre_partial_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre, bf16* __restrict__ residual_out,
-                       float* __restrict__ partials, int num_tokens, int tokens_per_cta) {
-  partial_body<HIDDEN>(BroadcastStreams<HIDDEN>{x}, fn_pre, residual_out, partials, num_tokens, tokens_per_cta);
+                       float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
+  const PartialArgs<HIDDEN, 1> a{x, nullptr, nullptr, nullptr, fn_pre, residual_out, partials};
+  partial_body<HIDDEN, 1>(a, num_tokens, tokens_per_cta, num_stages);
 }
 
 template <int HIDDEN>
-__global__ void __launch_bounds__(kPartialMaxThreads)
+__global__ void __launch_bounds__(16 * kWarpSize, 1)
     post_pre_partial_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
                             const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
                             const float* __restrict__ fn, bf16* __restrict__ residual_out,
-                            float* __restrict__ partials, int num_tokens, int tokens_per_cta) {
-  partial_body<HIDDEN>(MixedBackStreams<HIDDEN>{x, residual, prev_post, prev_comb}, fn, residual_out, partials,
-                       num_tokens, tokens_per_cta);
+                            float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
+  const PartialArgs<HIDDEN, kStreams> a{x, residual, prev_post, prev_comb, fn, residual_out, partials};
+  partial_body<HIDDEN, kStreams>(a, num_tokens, tokens_per_cta, num_stages);
 }
 
 // ---- 3. finalize ----------------------------------------------------------------------------------------

@@ -186,10 +186,12 @@ Test(gpu_mhc, matches_reference_over_hidden_tokens_and_weights, .init = setup, .
   uint64_t seed = skref_test_seed("gpu mhc");
   skref_rng r;
   skref_rng_seed(&r, seed);
-  const int hs[] = {256, 2048, 4096, 7168}, ts[] = {1, 3, 17, 130};
+  const int hs[] = {256, 2048, 4096, 7168}, ts[] = {1, 3, 16, 17, 31, 33, 130};
   int n = 0;
   for (size_t a = 0; a < 4; a++)
-    for (size_t b = 0; b < 4; b++, n++) run_config(hs[a], ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
+    for (size_t b = 0; b < sizeof ts / sizeof ts[0]; b++, n++) run_config(hs[a], ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
+  /* Prefill: many partial CTAs of several 16-token groups, the last group partial. */
+  run_config(2048, 4133, SK_MHC_NORM_BF16, &r, seed);
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 

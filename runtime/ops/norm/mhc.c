@@ -15,6 +15,14 @@
 #define POST_THREADS 128    /* kPostThreads */
 #define FINALIZE_THREADS 128
 #define MAX_HIDDEN 65536
+#define GROUP 16             /* SK_MHC_GROUP: tokens per MMA group; tokens per partial CTA are a multiple */
+#define MAX_TOKENS_PER_CTA 1024
+/* Partial kernels: threads and bytes of one cp.async stage buffer (sk::mhc::partial_stage_bytes). */
+#define PRE_PARTIAL_THREADS 128
+#define POST_PRE_PARTIAL_THREADS 512
+#define PRE_STAGE_BYTES (1 * GROUP * 32 * 16)
+#define POST_PRE_STAGE_BYTES (5 * GROUP * 32 * 16)
+#define MAX_STAGES 4
 
 enum { K_POST, K_PRE_PARTIAL, K_PRE_FINALIZE, K_POST_PRE_PARTIAL, K_POST_PRE_FINALIZE, K_COUNT };
 enum { ENTRY_POST = 1, ENTRY_PRE = 2, ENTRY_POST_PRE = 3 };
@@ -25,7 +33,35 @@ struct sk_mhc_plan {
   sk_kernel *k[K_COUNT];
   sk_scratch_layout scratch;
   int sm_count;
+  int stages;          /* cp.async stage buffers of the partial kernels */
+  int tokens_per_cta;  /* 0: the cost model in geometry(); else SPARKINFER_MHC_TOKENS_PER_CTA */
 };
+
+/* Stage buffers: 3 where a block may take >= 120 KiB of shared memory (sm_80, sm_90, sm_100),
+ * 2 elsewhere (sm_86/89/120/121: 99 KiB per block). SPARKINFER_MHC_STAGES (2..4) overrides. */
+static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta) {
+  const int n = sk_arch_number(arch);
+  uint64_t v;
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", (n == 80 || n == 90 || n == 100) ? 3 : 2, &v));
+  if (v < 2 || v > MAX_STAGES)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_STAGES=%llu: expected 2, 3 or 4", (unsigned long long)v);
+  *stages = (int)v;
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_TOKENS_PER_CTA", 0, &v));
+  if (v % GROUP || v > MAX_TOKENS_PER_CTA)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_TOKENS_PER_CTA=%llu: expected a multiple of %d up to %d",
+                        (unsigned long long)v, GROUP, MAX_TOKENS_PER_CTA);
+  *tokens_per_cta = (int)v;
+  return SK_OK;
+}
+
+/* The post_pre partial kernel needs more than the default 48 KiB of dynamic shared memory. */
+static sk_status allow_partial_smem(sk_kernel *k, unsigned bytes) {
+  void *fn = NULL;
+  if (bytes <= 48 * 1024) return SK_OK;
+  sk_kernel_get_info(k, &fn, NULL, NULL);
+  if (!fn) return SK_OK; /* offline (no GPU): nothing to set; launching would report it */
+  return sk_kernel_set_max_dynamic_shared(k, bytes);
+}
 
 SK_API int sk_mhc_is_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 80; }
 
@@ -92,7 +128,10 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
   char names[K_COUNT][128], params[96];
   kernel_names(&p->caps, names, params);
+  if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
+  if (s == SK_OK) s = allow_partial_smem(p->k[K_POST_PRE_PARTIAL], (unsigned)p->stages * POST_PRE_STAGE_BYTES);
+  if (s == SK_OK) s = allow_partial_smem(p->k[K_PRE_PARTIAL], (unsigned)p->stages * PRE_STAGE_BYTES);
   if (s == SK_OK &&
       sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * (size_t)(caps->hidden / TILE_H) * PARTIAL_FLOATS * 4) < 0)
     s = SK_ERR_INTERNAL;
@@ -119,7 +158,7 @@ SK_API void sk_mhc_plan_destroy(sk_mhc_plan *p) { free(p); }
 
 /* Binding layout. ptr: 0 x, 1 residual, 2 post(in), 3 comb(in), 4 fn, 5 residual_out/out,
  * 6 partials, 7 hc_scale, 8 hc_base, 9 norm_weight, 10 y, 11 post(out), 12 comb(out).
- * dim: 0 entry, 1 T, 2 warps per partial CTA, 3 tokens per CTA, 4 hidden per finalize CTA. */
+ * dim: 0 entry, 1 T, 2 partial stage buffers, 3 tokens per partial CTA, 4 hidden per finalize CTA. */
 #define BF16_T SK_DL_BF16
 #define F32_T SK_DL_FP32
 
@@ -139,18 +178,26 @@ static sk_status tokens_of(const sk_mhc_plan *p, const DLTensor *x, int64_t *t) 
   return SK_OK;
 }
 
-/* Launch geometry from the kernels' contract: decode uses one-warp partial CTAs and splits the
- * finalize over the hidden size; prefill uses 6-warp CTAs walking several tokens. */
-static void geometry(const sk_mhc_plan *p, int64_t t, sk_binding *b) {
-  const int64_t h = p->caps.hidden, s = h / TILE_H, sms = p->sm_count > 0 ? p->sm_count : 128;
-  if (t <= 16) {
-    b->dim[2] = 1;
-    b->dim[3] = 1;
-  } else {
-    int64_t tpc = sk_cdiv(t * s, 2 * sms);
-    b->dim[2] = 6;
-    b->dim[3] = tpc < 1 ? 1 : tpc > 64 ? 64 : tpc;
+/* Launch geometry from the kernels' contract. Partial: tokens per CTA, a multiple of 16, from a
+ * wave model: time ~ waves x (tokens per CTA + 16), the 16 standing for the CTA's fixed cost
+ * (fn fragments, pipeline fill); resident CTAs per SM: 1 (post_pre, 512 threads x 128
+ * registers), 4 (pre). Finalize: split the hidden size over several CTAs when T is small. */
+static int64_t partial_tokens_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm) {
+  if (p->tokens_per_cta > 0) return p->tokens_per_cta;
+  const int64_t s = p->caps.hidden / TILE_H, slots = (int64_t)(p->sm_count > 0 ? p->sm_count : 128) * ctas_per_sm;
+  int64_t best = GROUP, best_cost = -1;
+  for (int64_t tpc = GROUP; tpc <= 256; tpc += GROUP) {
+    const int64_t ctas = sk_cdiv(t, tpc) * s, cost = sk_cdiv(ctas, slots) * (tpc + GROUP);
+    if (best_cost < 0 || cost < best_cost) best = tpc, best_cost = cost;
+    if (tpc >= t) break; /* larger blocks only add empty groups */
   }
+  return best;
+}
+
+static void geometry(const sk_mhc_plan *p, int64_t t, int entry, sk_binding *b) {
+  const int64_t h = p->caps.hidden, sms = p->sm_count > 0 ? p->sm_count : 128;
+  b->dim[2] = p->stages;
+  b->dim[3] = partial_tokens_per_cta(p, t, entry == ENTRY_PRE ? 4 : 1);
   int64_t hpc = h;
   if (t < 2 * sms / (h / 1024 > 0 ? h / 1024 : 1)) {
     hpc = h % 1024 == 0 ? 1024 : h % 512 == 0 ? 512 : 256;
@@ -221,7 +268,7 @@ SK_API sk_status sk_mhc_bind_pre(const sk_mhc_plan *p, const DLTensor *x, const 
   SK_TRY(bind_pre_outputs(p, t, hc_scale, hc_base, norm_weight, residual_out, y, post, comb, scratch, scratch_bytes, &b));
   b.dim[0] = ENTRY_PRE;
   b.dim[1] = t;
-  geometry(p, t, &b);
+  geometry(p, t, ENTRY_PRE, &b);
   *binding = b;
   return SK_OK;
 }
@@ -241,7 +288,7 @@ SK_API sk_status sk_mhc_bind_post_pre(const sk_mhc_plan *p, const DLTensor *x, c
   SK_TRY(bind_pre_outputs(p, t, hc_scale, hc_base, norm_weight, residual_out, y, post, comb, scratch, scratch_bytes, &b));
   b.dim[0] = ENTRY_POST_PRE;
   b.dim[1] = t;
-  geometry(p, t, &b);
+  geometry(p, t, ENTRY_POST_PRE, &b);
   *binding = b;
   return SK_OK;
 }
@@ -259,23 +306,25 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
     return sk_kernel_launch(p->k[K_POST], (sk_dim3){(unsigned)sk_cdiv((int64_t)t * s, 4), 1, 1},
                             (sk_dim3){POST_THREADS, 1, 1}, 0, stream, args);
   }
-  int tpc = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters;
+  int tpc = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters, stages = (int)b->dim[2];
   float rms_eps = p->caps.rms_eps, hc_eps = p->caps.hc_eps, norm_eps = p->caps.norm_eps;
-  const unsigned warps = (unsigned)b->dim[2];
-  const sk_dim3 pgrid = {(unsigned)sk_cdiv(t, tpc), s, 6 / warps}, pblock = {32 * warps, 1, 1};
+  const int pre = b->dim[0] == ENTRY_PRE;
+  const sk_dim3 pgrid = {(unsigned)sk_cdiv(t, tpc), s, 1},
+                pblock = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
+  const unsigned psmem = (unsigned)stages * (pre ? PRE_STAGE_BYTES : POST_PRE_STAGE_BYTES);
   const sk_dim3 fgrid = {(unsigned)t, (unsigned)(p->caps.hidden / hpc), 1}, fblock = {FINALIZE_THREADS, 1, 1};
   /* The finalize reads the streams: x for pre (4 copies), residual_out for post_pre. */
-  void *fin_args[] = {b->dim[0] == ENTRY_PRE ? (void *)&ptr[0] : (void *)&ptr[5],
+  void *fin_args[] = {pre ? (void *)&ptr[0] : (void *)&ptr[5],
                       (void *)&ptr[6], (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9], (void *)&ptr[10],
                       (void *)&ptr[11], (void *)&ptr[12], &t, &hpc, &iters, &rms_eps, &hc_eps, &norm_eps};
-  if (b->dim[0] == ENTRY_PRE) {
-    void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc};
-    SK_TRY(sk_kernel_launch(p->k[K_PRE_PARTIAL], pgrid, pblock, 0, stream, args));
+  if (pre) {
+    void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
+    SK_TRY(sk_kernel_launch(p->k[K_PRE_PARTIAL], pgrid, pblock, psmem, stream, args));
     return sk_kernel_launch(p->k[K_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
   }
   void *args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
-                  (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc};
-  SK_TRY(sk_kernel_launch(p->k[K_POST_PRE_PARTIAL], pgrid, pblock, 0, stream, args));
+                  (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
+  SK_TRY(sk_kernel_launch(p->k[K_POST_PRE_PARTIAL], pgrid, pblock, psmem, stream, args));
   return sk_kernel_launch(p->k[K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
 }
 
