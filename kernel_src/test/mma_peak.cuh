@@ -15,8 +15,15 @@ template <int KIND, int ITERS>
 __global__ void __launch_bounds__(256) mma_peak(float* __restrict__ out, sk::u32 seed) {
   constexpr int kChains = 8;
   const sk::u32 lane = threadIdx.x & 31u;
-  sk::u32 a[4] = {seed ^ lane, seed + lane, seed * 3u + lane, seed ^ (lane << 8)};
-  sk::u32 b[2] = {seed + 7u * lane, seed ^ (lane << 16)};
+  const sk::u32 a0[4] = {seed ^ lane, seed + lane, seed * 3u + lane, seed ^ (lane << 8)};
+  // Distinct B per chain: identical chains would be merged by the compiler (one chain measures
+  // MMA latency, not throughput).
+  sk::u32 b[kChains][2];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) {
+    b[c][0] = seed + 7u * lane + 0x01010101u * c;
+    b[c][1] = seed ^ (lane << 16) ^ (0x00110011u * c);
+  }
   float acc[kChains][4];
 #pragma unroll
   for (int c = 0; c < kChains; ++c)
@@ -24,11 +31,14 @@ __global__ void __launch_bounds__(256) mma_peak(float* __restrict__ out, sk::u32
     for (int e = 0; e < 4; ++e) acc[c][e] = 0.0f;
 #pragma unroll 1
   for (int it = 0; it < ITERS; ++it) {
+    // A changes every iteration, as a GEMM's fragments do every k-step, so per-fragment work
+    // (on sm_90 ptxas converts e4m3 fragments to f16) stays inside the loop.
+    const sk::u32 a[4] = {a0[0] ^ sk::u32(it), a0[1] ^ sk::u32(it), a0[2] ^ sk::u32(it), a0[3] ^ sk::u32(it)};
 #pragma unroll
     for (int c = 0; c < kChains; ++c) {
-      if constexpr (KIND == 0) sk::mma_f16_m16n8k16(acc[c], a, b);
-      else if constexpr (KIND == 1) sk::mma_bf16_m16n8k16(acc[c], a, b);
-      else sk::mma_e4m3_m16n8k32(acc[c], a, b);
+      if constexpr (KIND == 0) sk::mma_f16_m16n8k16(acc[c], a, b[c]);
+      else if constexpr (KIND == 1) sk::mma_bf16_m16n8k16(acc[c], a, b[c]);
+      else sk::mma_e4m3_m16n8k32(acc[c], a, b[c]);
     }
   }
   float sum = 0.0f;
