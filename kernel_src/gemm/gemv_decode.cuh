@@ -22,23 +22,25 @@
 //                              //   launch leaves them zero again (graph-replay safe); else unused
 //   grid  = (ceil(N / (16*ROW_TILES)), k_splits, 1)      block = (32*WARPS, 1, 1)
 //   dynamic shared memory: 0 (static: WARPS*ROW_TILES*16*TOKEN_TILES*8*4 bytes + 4)
-//   requirements: 1 <= M <= 8*TOKEN_TILES, K % 128 == 0, k_splits <= K/STEP_K (STEP_K = 128 FP4,
-//     64 FP8), code arrays 16-byte aligned, swizzled scales 4-byte aligned, fp32 scales 4-byte.
+//   requirements: 1 <= M <= 8*TOKEN_TILES, K % 128 == 0, k_splits <= K/128 (one step = 128 K),
+//     code arrays 16-byte aligned, swizzled scales 4-byte aligned, fp32 scales 4-byte.
 //     Rows of C are written for 0 <= m < M, 0 <= n < N only.
 //   Determinism: fixed work split and fixed reduction order (warps, then splits through
 //   `partials`); no floating-point atomics. Bitwise reproducible for a given (config, k_splits).
 //
 // HOW IT WORKS
 //   Swap-AB tensor-core GEMV: 16 weight rows are the MMA's M side, up to 8 tokens its N side
-//   (mma.sync m16n8k16 BF16 -- FP16 for nvfp4 -- FP32 accumulate). Lane (g = lane/4, t = lane%4) loads 16 contiguous
-//   bytes of K from weight rows g and g+8 and from token g; because the MMA's K slots of both
-//   operands are indexed by t alone, lanes may take any K chunk as long as weights and tokens
-//   agree, so every load is a 16-byte load and the 4 lanes of a quad read 64 contiguous bytes.
-//   Each weight byte is read exactly once per launch; scales once per 16-byte chunk.
-//   Scales: nvfp4 / mxfp4 / mxfp8 block scales are folded into the BF16 values, which is exact
-//   (E2M1 x UE4M3 and E2M1/E4M3 x 2^e need <= 8 significant bits; exponents stay in BF16 range for
-//   UE8M0 scales in [2^-100, 2^100]). block_fp8: a step's 64 K elements lie in one 128-block, so
-//   the step's FP32 partial is scaled by sfa*sfb and added. tensor_fp8: codes only, alpha at the end.
+//   (mma.sync m16n8k16, FP32 accumulate). The MMA's K slots of both operands are indexed by the
+//   lane's t alone, so lanes may take any K pieces as long as weights and tokens agree. Warps take
+//   128-K steps round-robin; each weight byte is read exactly once per launch.
+//   FP8 (mxfp8, block_fp8, tensor_fp8): lane (g, t) loads 8 bytes at 32b + 8t of each 32-K block b
+//   of the step, so a quad covers one 32-K block and every MMA lies in one MXFP8 scale block. One
+//   cvt.rn.f16x2.e4m3x2 per pair (exact) feeds FP16 MMAs; scales multiply FP32 partials (never the
+//   FP16 operands, whose range would make that inexact): see fp8_compute_stage. Two register
+//   stages keep the next step's loads in flight.
+//   FP4: lane (g, t) loads 16 contiguous bytes; scales are folded into the operands, which is exact:
+//   nvfp4 on FP16 MMAs (E2M1 x UE4M3 fits FP16), mxfp4 on BF16 (E2M1 x 2^e needs <= 8 significant
+//   bits; exponents stay in BF16 range for UE8M0 scales in [2^-100, 2^100]).
 #pragma once
 #include "common/defs.cuh"
 #include "common/mma.cuh"
@@ -49,8 +51,8 @@ namespace gemm {
 
 template <int RECIPE>
 struct DecodeStep {
-  // K elements consumed by one warp step (4 lanes x 16 bytes).
-  static constexpr int kStepK = RecipeTraits<RECIPE>::kFp4 ? 128 : 64;
+  // K elements consumed by one warp step: FP4 4 lanes x 16 bytes, FP8 4 lanes x 4 x 8 bytes.
+  static constexpr int kStepK = 128;
 };
 
 // Scale(s) that multiply the 16-byte chunk of `row` starting at element k0 (folded recipes).
@@ -76,8 +78,167 @@ SK_DEVICE u32 f16x2_of(float s) {
   return bits | (bits << 16);
 }
 
+// One E4M3 pair (half HALF of w: bytes 2*HALF, 2*HALF+1; lower byte -> lower f16) -> f16x2, exact
+// (every E4M3 value is an FP16 value). One F2FP per pair on sm_90; HALF 1 reads the .H1 operand.
+template <int HALF>
+SK_DEVICE u32 e4m3x2_to_f16x2(u32 w) {
+  u32 r;
+  if (HALF == 0) asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(r) : "r"(w));
+  else asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi;\n\t}" : "=r"(r) : "r"(w));
+  return r;
+}
+
+// Byte b of four UE8M0 codes -> 2^(code-127) as float (byte b to bits 24..31, then >> 1: two
+// integer ops). Code 0 (2^-127) reads as 0: outside the exact range anyway (see "Scales" above).
+SK_DEVICE float ue8m0_byte_to_float(u32 codes, int b) {
+  return __uint_as_float(__byte_perm(codes, 0u, 0x0444u | (u32)(b << 12)) >> 1);
+}
+
+// 8-byte loads at p + OFF with the offset as an immediate (the compiler would otherwise form a
+// 64-bit address per load): weights streamed (evict-first), tokens and scales through the
+// read-only path (re-read by every block).
+template <int OFF>
+SK_DEVICE uint2 ld_stream_u2(const u8* p) {
+  uint2 v;
+  asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2 + %3];" : "=r"(v.x), "=r"(v.y) : "l"(p), "n"(OFF));
+  return v;
+}
+template <int OFF>
+SK_DEVICE uint2 ld_ro_u2(const u8* p) {
+  uint2 v;
+  asm("ld.global.nc.v2.u32 {%0, %1}, [%2 + %3];" : "=r"(v.x), "=r"(v.y) : "l"(p), "n"(OFF));
+  return v;
+}
+
+// Everything one warp step of an FP8 recipe reads (loaded one step ahead of its use).
+template <int TOKEN_TILES, int ROW_TILES>
+struct Fp8Stage {
+  uint2 w[ROW_TILES][2][4];  // [row tile][row g / g+8][32-K block]: 8 bytes at 32*b + 8*t
+  uint2 x[TOKEN_TILES][4];   // token g of each token tile, same K pieces
+  u32 w_sf[ROW_TILES][2];    // mxfp8: the 4 UE8M0 codes of the step's 4 blocks, per row
+  u32 x_sf[TOKEN_TILES][2];  // mxfp8: same per token 2t + j; block_fp8: sfa of token 2t + j (bits)
+  float b_sf;                // block_fp8: sfb of this block's 128 rows
+};
+
+// FP8 recipes (mxfp8, block_fp8, tensor_fp8): a step is 128 K = four 32-K blocks. Lane (g, t)
+// loads bytes [32b + 8t, 32b + 8t + 8) of every block b, so the 4 lanes of a quad cover exactly one
+// 32-K block (one MXFP8 scale): word j (j = 0, 1) of that piece feeds MMA (b, j), its low pair
+// the K slots 2t, 2t+1 and its high pair 2t+8, 2t+9, for weights and tokens alike. Weights stay
+// FP16 (one cvt per pair, no scaling) on FP16 MMAs; scales multiply FP32 partials:
+//   mxfp8      acc += part_b * (sfb[row][b] * sfa[token][b])   per 32-K block (2 MMAs chained)
+//   block_fp8  acc += part * (sfb[row/128] * sfa[token])       per step (= one 128-K block)
+//   tensor_fp8 MMAs accumulate into acc directly; alpha at the end.
+// Powers of two and products of FP16 values are exact in FP32, so the only roundings are the FP32
+// accumulations (as in the reference's tolerance model), for scale products inside FP32's range.
+template <int RECIPE, int TOKEN_TILES, int ROW_TILES>
+SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, const u8* const (&w_ptr)[ROW_TILES][2],
+                              const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base, const u32 (&w_sfo)[ROW_TILES][2],
+                              const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2], const float* b_sfp) {
+  const long long off = (long long)step * 128;
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const u8* p = w_ptr[rt][h] + off;
+      st.w[rt][h][0] = ld_stream_u2<0>(p);
+      st.w[rt][h][1] = ld_stream_u2<32>(p);
+      st.w[rt][h][2] = ld_stream_u2<64>(p);
+      st.w[rt][h][3] = ld_stream_u2<96>(p);
+    }
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+    const u8* p = x_ptr[nt] + off;
+    st.x[nt][0] = ld_ro_u2<0>(p);
+    st.x[nt][1] = ld_ro_u2<32>(p);
+    st.x[nt][2] = ld_ro_u2<64>(p);
+    st.x[nt][3] = ld_ro_u2<96>(p);
+  }
+  if (RECIPE == kMxfp8) {
+    // The step's 4 scale columns 4*step .. 4*step+3 are one aligned u32 of the 128x4 swizzle.
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) st.w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) st.x_sf[nt][j] = __ldg(reinterpret_cast<const u32*>(x_sf_base + (x_sfo[nt][j] + step * 512u)));
+  } else if (RECIPE == kBlockFp8) {
+    st.b_sf = __ldg(b_sfp + step);
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        st.x_sf[nt][j] = __float_as_uint(__ldg(reinterpret_cast<const float*>(x_sf_base) + (x_sfo[nt][j] + step)));
+  }
+}
+
+template <int RECIPE, int TOKEN_TILES, int ROW_TILES>
+SK_DEVICE void fp8_compute_stage(const Fp8Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
+  float part[ROW_TILES][TOKEN_TILES][4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    if (RECIPE == kMxfp8 || (RECIPE == kBlockFp8 && b == 0)) {
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      u32 b_frag[TOKEN_TILES][2];
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+        const u32 xw = j ? st.x[nt][b].y : st.x[nt][b].x;
+        b_frag[nt][0] = e4m3x2_to_f16x2<0>(xw);
+        b_frag[nt][1] = e4m3x2_to_f16x2<1>(xw);
+      }
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt) {
+        const u32 w0 = j ? st.w[rt][0][b].y : st.w[rt][0][b].x, w1 = j ? st.w[rt][1][b].y : st.w[rt][1][b].x;
+        const u32 a_frag[4] = {e4m3x2_to_f16x2<0>(w0), e4m3x2_to_f16x2<0>(w1), e4m3x2_to_f16x2<1>(w0),
+                               e4m3x2_to_f16x2<1>(w1)};
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+          if (RECIPE == kTensorFp8) mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
+          else mma_f16_m16n8k16(part[rt][nt], a_frag, b_frag[nt]);
+        }
+      }
+    }
+    if (RECIPE == kMxfp8) {
+      float sw[ROW_TILES][2], sx[TOKEN_TILES][2];
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sw[rt][h] = ue8m0_byte_to_float(st.w_sf[rt][h], b);
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) sx[nt][jj] = ue8m0_byte_to_float(st.x_sf[nt][jj], b);
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            acc[rt][nt][i] = fmaf(part[rt][nt][i], sw[rt][i >> 1] * sx[nt][i & 1], acc[rt][nt][i]);
+    }
+  }
+  if (RECIPE == kBlockFp8) {
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          acc[rt][nt][i] = fmaf(part[rt][nt][i], st.b_sf * __uint_as_float(st.x_sf[nt][i & 1]), acc[rt][nt][i]);
+  }
+}
+
 template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WARPS * 32))
     gemv_decode(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
                 const void* __restrict__ b_scales, const float* __restrict__ alpha, void* __restrict__ c, int M,
                 int N, int K, int ldc, int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
@@ -85,9 +246,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   static_assert(ROW_TILES >= 1 && ROW_TILES <= 4, "register budget");
   using Traits = RecipeTraits<RECIPE>;
   constexpr int kStepK = DecodeStep<RECIPE>::kStepK;
-  constexpr int kQuads = Traits::kElemsPer16B / 4;  // MMAs per 16-byte chunk
   constexpr int kRows = 16 * ROW_TILES, kTokens = 8 * TOKEN_TILES;
-  constexpr bool kFoldScales = Traits::kSwizzledScales;
+  static_assert(128 % kRows == 0, "block_fp8: a block's rows share one 128-row scale");
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -107,17 +267,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) w_rows[rt][h] = min(row0 + rt * 16 + h * 8 + g, N - 1);
-  int x_rows[TOKEN_TILES];
-  bool x_live[TOKEN_TILES];
-#pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    x_live[nt] = nt * 8 + g < M;
-    x_rows[nt] = min(nt * 8 + g, M - 1);
-  }
 
-  // NVFP4 runs on FP16 MMAs (E2M1 x UE4M3 is exact in FP16 and decodes with byte permutes);
-  // the other recipes on BF16 MMAs.
-  constexpr bool kF16 = RECIPE == kNvfp4;
   float acc[ROW_TILES][TOKEN_TILES][4];
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)
@@ -126,98 +276,156 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[rt][nt][i] = 0.0f;
 
-#pragma unroll 1
-  for (int step = s_begin + warp; step < s_end; step += WARPS) {
-    const int k0 = step * kStepK + t * Traits::kElemsPer16B;  // first element of this lane's chunk
-    const long long byte0 = Traits::kFp4 ? k0 / 2 : k0;
-
-    // Issue every load of the step first (weights dominate: 2*ROW_TILES x 16 B per lane).
-    uint4 w_chunk[ROW_TILES][2];
+  if constexpr (!Traits::kFp4) {
+    // Tokens past M re-read token M-1: their columns of C are computed and never stored, and MMA
+    // columns do not mix, so no masking is needed.
+    const u8* w_ptr[ROW_TILES][2];
+    const u8* x_ptr[TOKEN_TILES];
+    // Scale positions as 32-bit offsets (fewer live registers): mxfp8 the row's / token's
+    // swizzled column 0 (step s adds 512 s), block_fp8 the token's sfa row (float index).
+    u32 w_sfo[ROW_TILES][2] = {}, x_sfo[TOKEN_TILES][2] = {};
+    const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
+    const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
+    const float* b_sfp = nullptr;
 #pragma unroll
     for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        w_chunk[rt][h] = __ldcs(reinterpret_cast<const uint4*>(b_codes + w_rows[rt][h] * row_bytes + byte0));
-    uint4 x_chunk[TOKEN_TILES];
-#pragma unroll
-    for (int nt = 0; nt < TOKEN_TILES; ++nt)
-      x_chunk[nt] = __ldg(reinterpret_cast<const uint4*>(a_codes + x_rows[nt] * row_bytes + byte0));
-
-    float2 w_scale[ROW_TILES][2], x_scale[TOKEN_TILES];
-#pragma unroll
-    for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        w_scale[rt][h] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(b_scales), w_rows[rt][h], k0, K);
+      for (int h = 0; h < 2; ++h) {
+        w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + 8 * t;
+        if (RECIPE == kMxfp8) w_sfo[rt][h] = (u32)swizzled_scale_offset(w_rows[rt][h], 0, (K / 32 + 3) / 4);
+      }
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-      x_scale[nt] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(a_scales), x_rows[nt], k0, K);
-      if (!x_live[nt]) x_scale[nt] = make_float2(0.0f, 0.0f);  // dead tokens contribute zeros
-    }
-
-    float part[ROW_TILES][TOKEN_TILES][4];  // block_fp8: this step's unscaled partial
+      x_ptr[nt] = a_codes + min(nt * 8 + g, M - 1) * row_bytes + 8 * t;
 #pragma unroll
-    for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
-
-#pragma unroll
-    for (int q = 0; q < kQuads; ++q) {
-      // NVFP4: quads 0..3 are elements 0..15 (scale .x), quads 4..7 elements 16..31 (.y).
-      const bool upper = RECIPE == kNvfp4 && q >= kQuads / 2;
-      u32 b_frag[TOKEN_TILES][2];
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-        const float s = kFoldScales ? (upper ? x_scale[nt].y : x_scale[nt].x) : (x_live[nt] ? 1.0f : 0.0f);
-        if (kF16) dequant_quad_f16_nvfp4(x_chunk[nt], q, f16x2_of(s), b_frag[nt][0], b_frag[nt][1]);
-        else dequant_quad_bf16<RECIPE>(x_chunk[nt], q, s, b_frag[nt][0], b_frag[nt][1]);
-      }
-#pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt) {
-        u32 a_frag[4];
-        const float s0 = kFoldScales ? (upper ? w_scale[rt][0].y : w_scale[rt][0].x) : 1.0f;
-        const float s1 = kFoldScales ? (upper ? w_scale[rt][1].y : w_scale[rt][1].x) : 1.0f;
-        if (kF16) {
-          dequant_quad_f16_nvfp4(w_chunk[rt][0], q, f16x2_of(s0), a_frag[0], a_frag[2]);
-          dequant_quad_f16_nvfp4(w_chunk[rt][1], q, f16x2_of(s1), a_frag[1], a_frag[3]);
-        } else {
-          dequant_quad_bf16<RECIPE>(w_chunk[rt][0], q, s0, a_frag[0], a_frag[2]);
-          dequant_quad_bf16<RECIPE>(w_chunk[rt][1], q, s1, a_frag[1], a_frag[3]);
-        }
-#pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-          if (kF16) mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
-          else if (RECIPE == kBlockFp8) mma_bf16_m16n8k16(part[rt][nt], a_frag, b_frag[nt]);
-          else mma_bf16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
-        }
+      for (int j = 0; j < 2; ++j) {
+        const int m = min(nt * 8 + 2 * t + j, M - 1);  // the C column this lane holds
+        if (RECIPE == kMxfp8) x_sfo[nt][j] = (u32)swizzled_scale_offset(m, 0, (K / 32 + 3) / 4);
+        if (RECIPE == kBlockFp8) x_sfo[nt][j] = (u32)(m * k_blocks128);
       }
     }
+    if (RECIPE == kBlockFp8) b_sfp = reinterpret_cast<const float*>(b_scales) + (long long)(row0 >> 7) * k_blocks128;
 
-    if (RECIPE == kBlockFp8) {
-      // acc += partial * sfb[row block] * sfa[token]; the step lies in 128-block k0/128.
-      const float* sfa = reinterpret_cast<const float*>(a_scales);
-      const float* sfb = reinterpret_cast<const float*>(b_scales);
-      const int kb = (step * kStepK) / 128;
-      float tok_scale[TOKEN_TILES][2];
+    // Two register stages: the next step's loads are in flight while this one computes.
+    Fp8Stage<TOKEN_TILES, ROW_TILES> st0, st1;
+    int step = s_begin + warp;
+    if (step < s_end) fp8_load_stage<RECIPE>(st0, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+#pragma unroll 1
+    for (; step < s_end; step += 2 * WARPS) {
+      const int s1 = step + WARPS;
+      if (s1 < s_end) fp8_load_stage<RECIPE>(st1, s1, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+      fp8_compute_stage<RECIPE>(st0, acc);
+      if (s1 >= s_end) break;
+      if (s1 + WARPS < s_end) fp8_load_stage<RECIPE>(st0, s1 + WARPS, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+      fp8_compute_stage<RECIPE>(st1, acc);
+    }
+  } else {
+    constexpr int kQuads = Traits::kElemsPer16B / 4;  // MMAs per 16-byte chunk
+    constexpr bool kFoldScales = Traits::kSwizzledScales;
+    int x_rows[TOKEN_TILES];
+    bool x_live[TOKEN_TILES];
 #pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int m = nt * 8 + 2 * t + j;
-          tok_scale[nt][j] = m < M ? __ldg(sfa + (long long)m * k_blocks128 + kb) : 0.0f;
-        }
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+      x_live[nt] = nt * 8 + g < M;
+      x_rows[nt] = min(nt * 8 + g, M - 1);
+    }
+    // NVFP4 runs on FP16 MMAs (E2M1 x UE4M3 is exact in FP16 and decodes with byte permutes);
+    // the other recipes on BF16 MMAs.
+    constexpr bool kF16 = RECIPE == kNvfp4;
+
+#pragma unroll 1
+    for (int step = s_begin + warp; step < s_end; step += WARPS) {
+      const int k0 = step * kStepK + t * Traits::kElemsPer16B;  // first element of this lane's chunk
+      const long long byte0 = Traits::kFp4 ? k0 / 2 : k0;
+
+      // Issue every load of the step first (weights dominate: 2*ROW_TILES x 16 B per lane).
+      uint4 w_chunk[ROW_TILES][2];
 #pragma unroll
       for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float wsc = __ldg(sfb + (long long)(w_rows[rt][h] >> 7) * k_blocks128 + kb);
+        for (int h = 0; h < 2; ++h)
+          w_chunk[rt][h] = __ldcs(reinterpret_cast<const uint4*>(b_codes + w_rows[rt][h] * row_bytes + byte0));
+      uint4 x_chunk[TOKEN_TILES];
 #pragma unroll
-          for (int nt = 0; nt < TOKEN_TILES; ++nt)
+      for (int nt = 0; nt < TOKEN_TILES; ++nt)
+        x_chunk[nt] = __ldg(reinterpret_cast<const uint4*>(a_codes + x_rows[nt] * row_bytes + byte0));
+
+      float2 w_scale[ROW_TILES][2], x_scale[TOKEN_TILES];
 #pragma unroll
-            for (int j = 0; j < 2; ++j) acc[rt][nt][2 * h + j] += part[rt][nt][2 * h + j] * (wsc * tok_scale[nt][j]);
+      for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          w_scale[rt][h] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(b_scales), w_rows[rt][h], k0, K);
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+        x_scale[nt] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(a_scales), x_rows[nt], k0, K);
+        if (!x_live[nt]) x_scale[nt] = make_float2(0.0f, 0.0f);  // dead tokens contribute zeros
+      }
+
+      float part[ROW_TILES][TOKEN_TILES][4];  // block_fp8: this step's unscaled partial
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
+
+#pragma unroll
+      for (int q = 0; q < kQuads; ++q) {
+        // NVFP4: quads 0..3 are elements 0..15 (scale .x), quads 4..7 elements 16..31 (.y).
+        const bool upper = RECIPE == kNvfp4 && q >= kQuads / 2;
+        u32 b_frag[TOKEN_TILES][2];
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+          const float s = kFoldScales ? (upper ? x_scale[nt].y : x_scale[nt].x) : (x_live[nt] ? 1.0f : 0.0f);
+          if (kF16) dequant_quad_f16_nvfp4(x_chunk[nt], q, f16x2_of(s), b_frag[nt][0], b_frag[nt][1]);
+          else dequant_quad_bf16<RECIPE>(x_chunk[nt], q, s, b_frag[nt][0], b_frag[nt][1]);
         }
+#pragma unroll
+        for (int rt = 0; rt < ROW_TILES; ++rt) {
+          u32 a_frag[4];
+          const float s0 = kFoldScales ? (upper ? w_scale[rt][0].y : w_scale[rt][0].x) : 1.0f;
+          const float s1 = kFoldScales ? (upper ? w_scale[rt][1].y : w_scale[rt][1].x) : 1.0f;
+          if (kF16) {
+            dequant_quad_f16_nvfp4(w_chunk[rt][0], q, f16x2_of(s0), a_frag[0], a_frag[2]);
+            dequant_quad_f16_nvfp4(w_chunk[rt][1], q, f16x2_of(s1), a_frag[1], a_frag[3]);
+          } else {
+            dequant_quad_bf16<RECIPE>(w_chunk[rt][0], q, s0, a_frag[0], a_frag[2]);
+            dequant_quad_bf16<RECIPE>(w_chunk[rt][1], q, s1, a_frag[1], a_frag[3]);
+          }
+#pragma unroll
+          for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+            if (kF16) mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
+            else if (RECIPE == kBlockFp8) mma_bf16_m16n8k16(part[rt][nt], a_frag, b_frag[nt]);
+            else mma_bf16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
+          }
+        }
+      }
+
+      if (RECIPE == kBlockFp8) {
+        // acc += partial * sfb[row block] * sfa[token]; the step lies in 128-block k0/128.
+        const float* sfa = reinterpret_cast<const float*>(a_scales);
+        const float* sfb = reinterpret_cast<const float*>(b_scales);
+        const int kb = (step * kStepK) / 128;
+        float tok_scale[TOKEN_TILES][2];
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int m = nt * 8 + 2 * t + j;
+            tok_scale[nt][j] = m < M ? __ldg(sfa + (long long)m * k_blocks128 + kb) : 0.0f;
+          }
+#pragma unroll
+        for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float wsc = __ldg(sfb + (long long)(w_rows[rt][h] >> 7) * k_blocks128 + kb);
+#pragma unroll
+            for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+              for (int j = 0; j < 2; ++j) acc[rt][nt][2 * h + j] += part[rt][nt][2 * h + j] * (wsc * tok_scale[nt][j]);
+          }
+      }
     }
   }
 

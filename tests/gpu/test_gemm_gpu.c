@@ -194,6 +194,15 @@ Test(gpu_gemm, decode_every_recipe_and_output, .init = setup, .fini = teardown, 
     check_mm((skref_gemm_recipe)r, 0, 1, 28672, 4096, 1, &rng, seed);
     check_mm((skref_gemm_recipe)r, 0, 16, 4096, 7168, 1, &rng, seed);
     check_mm((skref_gemm_recipe)r, 0, 4, 8192, 2048, 0, &rng, seed);
+    check_mm((skref_gemm_recipe)r, 0, 16, 5120, 2944, 1, &rng, seed); /* 23 steps: uneven split-K */
+  }
+  /* Every M (1..16) with every recipe; N not a multiple of the 32-row block; K = 9 steps of 128
+   * (uneven shares over warps and splits; every 32-K MXFP8 / 128-K block_fp8 scale boundary);
+   * odd M with the split-K workspace. Then 1-step K (fewer steps than warps) and 16 splits. */
+  for (int r = 0; r < 5; r++) {
+    for (size_t m = 1; m <= 16; m++) check_mm((skref_gemm_recipe)r, 0, m, 200, 1152, (int)(m % 2), &rng, seed);
+    check_mm((skref_gemm_recipe)r, 2, 5, 77, 128, 1, &rng, seed);
+    check_mm((skref_gemm_recipe)r, 0, 3, 512, 8192, 1, &rng, seed);
   }
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }

@@ -19,9 +19,6 @@
 #define TILED_SOURCE "gemm/mma_tiled.cuh"
 #define SM120_SOURCE "gemm/sm120_blockscaled.cuh"
 #define DECODE_MAX_M 16
-#define DECODE_WARPS 4
-#define DECODE_ROW_TILES 2
-#define DECODE_ROWS_PER_BLOCK (16 * DECODE_ROW_TILES)
 #define WS_ALIGN 256
 #define MXFP8_QUANT_SOURCE "quantization/mxfp8.cuh"
 #define MXFP8_QUANT_NAME "sk::quant::mxfp8_rows<__nv_bfloat16, 1, 1>"
@@ -32,7 +29,7 @@ static const char *const out_names[] = {"bf16", "fp16", "fp32"};
 static bool recipe_valid(sk_gemm_recipe r) { return r >= SK_GEMM_NVFP4 && r <= SK_GEMM_TENSOR_FP8; }
 static bool recipe_fp4(sk_gemm_recipe r) { return r == SK_GEMM_NVFP4 || r == SK_GEMM_MXFP4; }
 static int64_t scale_vec(sk_gemm_recipe r) { return r == SK_GEMM_NVFP4 ? 16 : r <= SK_GEMM_MXFP8 ? 32 : 128; }
-static int64_t step_k(sk_gemm_recipe r) { return recipe_fp4(r) ? 128 : 64; }
+static int64_t step_k(sk_gemm_recipe r) { (void)r; return 128; } /* gemv_decode DecodeStep::kStepK */
 
 SK_API int sk_gemm_is_supported(sk_gemm_recipe recipe, const char *arch) {
   return recipe_valid(recipe) && sk_arch_valid(arch) && sk_arch_number(arch) >= 89;
@@ -51,12 +48,49 @@ static int sm_count(void) {
   return s;
 }
 
+/* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,BLOCKS_PER_SM" replaces
+ * the defaults (2, 4, 2): 16*ROW_TILES rows of B per block, WARPS warps splitting K inside a block,
+ * and the split-K target of BLOCKS_PER_SM blocks per SM (tuning; configs outside the prebuilt
+ * manifest compile on first use). */
+typedef struct decode_cfg { int row_tiles, warps, blocks_per_sm; } decode_cfg;
+static decode_cfg decode_override;
+static sk_status decode_override_status = SK_OK;
+static char decode_override_message[256];
+static pthread_once_t decode_override_once = PTHREAD_ONCE_INIT;
+
+static void decode_override_load(void) {
+  decode_override = (decode_cfg){2, 4, 2};
+  const char *v = sk_env_str("SPARKINFER_GEMM_DECODE");
+  if (!v) return;
+  decode_cfg d;
+  char extra;
+  bool ok = sscanf(v, "%d,%d,%d%c", &d.row_tiles, &d.warps, &d.blocks_per_sm, &extra) == 3;
+  ok = ok && (d.row_tiles == 1 || d.row_tiles == 2 || d.row_tiles == 4) && d.warps >= 1 && d.warps <= 8 &&
+       d.blocks_per_sm >= 1 && d.blocks_per_sm <= 32;
+  if (!ok) {
+    decode_override_status = SK_ERR_INVALID_ARGUMENT;
+    snprintf(decode_override_message, sizeof decode_override_message,
+             "SPARKINFER_GEMM_DECODE=%.64s: expected ROW_TILES,WARPS,BLOCKS_PER_SM with ROW_TILES in {1,2,4}, "
+             "1..8 warps, 1..32 blocks per SM", v);
+    return;
+  }
+  decode_override = d;
+}
+
+static decode_cfg decode_config(void) {
+  pthread_once(&decode_override_once, decode_override_load);
+  return decode_override;
+}
+static int64_t decode_rows_per_block(void) { return 16 * decode_config().row_tiles; }
+
 static int64_t decode_k_splits(sk_gemm_recipe r, int64_t n, int64_t k) {
-  const int64_t blocks = sk_cdiv(n, DECODE_ROWS_PER_BLOCK), sms = sm_count(), steps = k / step_k(r);
-  if (blocks >= 2 * sms) return 1;
-  int64_t s = sk_cdiv(2 * sms, blocks);
-  if (s > 8) s = 8;
-  if (s > steps / 4) s = steps / 4;
+  const decode_cfg d = decode_config();
+  const int64_t blocks = sk_cdiv(n, decode_rows_per_block()), sms = sm_count(), steps = k / step_k(r);
+  const int64_t target = d.blocks_per_sm * sms;
+  if (blocks >= target) return 1;
+  int64_t s = sk_cdiv(target, blocks);
+  if (s > 16) s = 16;
+  if (s > steps / 4) s = steps / 4; /* >= 4 steps per split: one per warp of a 4-warp block */
   return s < 1 ? 1 : s;
 }
 
@@ -65,7 +99,7 @@ SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t 
   const int64_t splits = decode_k_splits(recipe, n, k);
   if (splits <= 1) return 0;
   const size_t partials = (size_t)(splits * m * n) * sizeof(float);
-  return (partials + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (size_t)sk_cdiv(n, DECODE_ROWS_PER_BLOCK) * 4;
+  return (partials + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (size_t)sk_cdiv(n, decode_rows_per_block()) * 4;
 }
 
 /* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"); SM120 kernel for the
@@ -100,6 +134,8 @@ static void tile_override_load(void) {
 static sk_status check_tile_override(void) {
   pthread_once(&tile_override_once, tile_override_load);
   if (tile_override_status != SK_OK) return sk_set_error(tile_override_status, "%s", tile_override_message);
+  pthread_once(&decode_override_once, decode_override_load);
+  if (decode_override_status != SK_OK) return sk_set_error(decode_override_status, "%s", decode_override_message);
   return SK_OK;
 }
 
@@ -138,14 +174,15 @@ typedef struct gemm_cfg {
 
 static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
   if (m <= DECODE_MAX_M) {
+    const decode_cfg d = decode_config();
     c->path = PATH_DECODE;
     c->source = DECODE_SOURCE;
     snprintf(c->name, sizeof c->name, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d>", (int)r, out, m <= 8 ? 1 : 2,
-             DECODE_WARPS, DECODE_ROW_TILES);
+             d.warps, d.row_tiles);
     snprintf(c->params, sizeof c->params, "recipe=%s out=%s decode tokens<=%d", recipe_names[r], out_names[out],
              m <= 8 ? 8 : 16);
-    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, DECODE_ROWS_PER_BLOCK), 1, 1};
-    c->block = (sk_dim3){32 * DECODE_WARPS, 1, 1};
+    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 16 * d.row_tiles), 1, 1};
+    c->block = (sk_dim3){32u * (unsigned)d.warps, 1, 1};
     c->smem = 0;
   } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
     const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
@@ -298,7 +335,7 @@ static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe
         splits = 1; /* no (usable) workspace: one pass over K, still every weight byte once */
       } else {
         partials = workspace;
-        counters = (char *)workspace + (need - (size_t)sk_cdiv(x->n, DECODE_ROWS_PER_BLOCK) * 4);
+        counters = (char *)workspace + (need - (size_t)sk_cdiv(x->n, decode_rows_per_block()) * 4);
       }
     }
     void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc, &splits,
