@@ -3,7 +3,8 @@
  * (weight codes + scales + activations + output), goal >= 90% of the measured copy bandwidth.
  * Prefill (M = 2048, 4096, 8192; only when the tiled kernel is in the build): TFLOP/s.
  * Weights rotate over 3 copies so the 60 MB L2 cannot serve them. Random operands (never zeros).
- * CUDA events around 50 calls after warm-up, median of 5 rounds. */
+ * CUDA events around 50 calls after warm-up, median of 5 rounds.
+ * SK_BENCH_DECODE_ONLY=1 skips the prefill rows. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,8 @@ int main(void) {
   CK(cudaEventCreate(&e1));
   const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}, {5120, 2944}};
   const int64_t ms[] = {1, 4, 16, 2048, 4096, 8192};
+  /* SK_BENCH_DECODE_ONLY=1: skip the prefill rows (quick sweeps of decode configurations). */
+  const int decode_only = getenv("SK_BENCH_DECODE_ONLY") && atoi(getenv("SK_BENCH_DECODE_ONLY")) != 0;
   int tiled = 0;
   {
     const char *const *paths;
@@ -60,7 +63,7 @@ int main(void) {
     for (int si = 0; si < 4; si++)
       for (int mi = 0; mi < 6; mi++) {
         const int64_t n = shapes[si][0], k = shapes[si][1], m = ms[mi];
-        if (m > 16 && (!tiled || si != 0)) continue; /* prefill: one shape */
+        if (m > 16 && (!tiled || si != 0 || decode_only)) continue; /* prefill: one shape */
         const int fp4 = r <= 1;
         const size_t bcodes = (size_t)(n * (fp4 ? k / 2 : k)), acodes = (size_t)(m * (fp4 ? k / 2 : k));
         const size_t bscales = r == 4 ? 0 : r == 3 ? (size_t)(((n + 127) / 128) * (k / 128) * 4) : sk_swizzled_scale_bytes(n, k / (r == 0 ? 16 : 32));
