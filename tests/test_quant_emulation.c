@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "ref/skref.h"
+/* The kernels' fast software E2M1 encoder, the very code (C/C++ common subset). */
+#include "../kernel_src/common/e2m1_fast.cuh"
 
 /* ---- PTX cvt emulation ----------------------------------------------------------------------- */
 /* Round |x| to a multiple of `spacing` (a power of two), ties to even multiple; exact in double. */
@@ -338,4 +340,60 @@ Test(emulation, quantized_blocks_hw_path_equal_reference, .init = init) {
   }
   cr_assert_eq(bad, 0);
   cr_assert(nonzero > 20000, "most nvfp4 blocks must have a nonzero scale (%u)", nonzero);
+}
+
+/* ---- the fast software E2M1 path (kernel_src/common/e2m1_fast.cuh, used on sm_90) --------------
+ * sk_float_to_e2m1_fast(q) must equal the reference encoder with -0 (0x8) replaced by +0, which
+ * is what the NVFP4 kernels store, for every fp32 bit pattern. Checked exhaustively over every
+ * pattern whose exponent field is 120..131 (|q| in [2^-7, 32): every rounding boundary, both
+ * signs, all mantissas) or 255 (Inf, every NaN payload, signalling ones included). Outside that
+ * range both sides are constant by monotonicity (each of the fast path's three lines is
+ * non-decreasing in |q|: 0 below 0.25, saturated 7 above 6), which a strided sweep over all 2^32
+ * patterns confirms. SK_E2M1_EXHAUSTIVE=1 checks all 2^32 patterns (about a minute). */
+static unsigned canonical_e2m1(float q) {
+  unsigned c = skref_e2m1_encode(q);
+  return c == 0x8u ? 0u : c;
+}
+
+static unsigned long long check_fast_e2m1(uint32_t first, uint32_t count, uint32_t stride) {
+  unsigned long long bad = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    const uint32_t u = first + i * stride;
+    const float q = skref_f32_from_bits(u);
+    if (sk_float_to_e2m1_fast(q) != canonical_e2m1(q) && bad++ < 8)
+      fprintf(stderr, "fast e2m1 %a (0x%08x): %x, reference %x\n", q, u, sk_float_to_e2m1_fast(q),
+              canonical_e2m1(q));
+  }
+  return bad;
+}
+
+Test(emulation, fast_e2m1_equals_reference_on_all_fp32) {
+  unsigned long long bad = 0;
+  const char *all = getenv("SK_E2M1_EXHAUSTIVE");
+  if (all && !strcmp(all, "1")) {
+    for (uint32_t hi = 0; hi < (1u << 8); hi++) bad += check_fast_e2m1(hi << 24, 1u << 24, 1);
+  } else {
+    for (uint32_t sign = 0; sign < 2; sign++) {
+      bad += check_fast_e2m1((sign << 31) | (120u << 23), 12u << 23, 1);
+      bad += check_fast_e2m1((sign << 31) | (255u << 23), 1u << 23, 1);
+    }
+    bad += check_fast_e2m1(12345, (uint32_t)((0x100000000ull - 12345) / 257), 257);
+  }
+  cr_assert_eq(bad, 0, "%llu fp32 inputs encode differently", bad);
+}
+
+/* The 8-value packing (biases summed and removed once) on boundary and random inputs. */
+Test(emulation, fast_e2m1_packing_equals_reference, .init = init) {
+  skref_rng rng;
+  skref_rng_seed(&rng, skref_test_seed("emulation.fast_e2m1_pack"));
+  unsigned bad = 0;
+  for (int n = 0; n < 400000; n++) {
+    float v[8];
+    for (int i = 0; i < 8; i++)
+      v[i] = (n & 1) ? random_float(&rng) : boundary[skref_rng_below(&rng, num_boundary)];
+    if (sk_pack_e2m1x8_fast(v) != ref_pack_e2m1x8(v) && bad++ < 8)
+      fprintf(stderr, "fast pack %a %a ..: %08x, reference %08x\n", v[0], v[1], sk_pack_e2m1x8_fast(v),
+              ref_pack_e2m1x8(v));
+  }
+  cr_assert_eq(bad, 0);
 }

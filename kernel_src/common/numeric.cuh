@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 
 #include "common/defs.cuh"
+#include "common/e2m1_fast.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define SK_HAS_CVT_E4M3X2 1
@@ -105,6 +106,16 @@ SK_HOST_DEVICE float min_f32(float a, float b) {
 }
 
 SK_HOST_DEVICE float abs_f32(float a) { return f32_from_bits(f32_bits(a) & 0x7FFFFFFFu); }
+// The same through abs.f32, which ptxas folds into the consuming instruction's |operand|.
+SK_HOST_DEVICE float fabs_f32(float a) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("abs.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+#else
+  return __builtin_fabsf(a);
+#endif
+}
 
 // Block maxima are taken on the magnitude bits as unsigned integers (same order as the
 // non-negative floats they encode): exact, and independent of how a max instruction treats

@@ -17,15 +17,23 @@
 //                      padding rows/columns are written as 0 by this kernel. Else may be null.
 //     scales_rows      LAYOUT & 2: [M, K/32] bytes, contiguous. Else may be null.
 //     blockDim (kMxfp8Threads = 256, 1, 1); no dynamic shared memory; no scratch.
-//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loop). Recommended
-//              g = ceil(max(M*K/8, P) / 256) with P = sk::swizzled_padding_words(M, K/32) when
-//              LAYOUT & 1 (else 0): one 8-value chunk and at most one padding word per thread.
+//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loop; g = ceil(max(M*K/8, P) / 256)
+//              is one chunk per thread). Each thread takes up to kQuantChunksPerThread = 4
+//              8-value chunks per step, all loaded before any arithmetic (quantization/
+//              chunks.cuh). The host (quant_grid) launches
+//              g = max(ceil(C / 4), min(C, 4 * SMs), ceil(P / 256)) with C = ceil(M*K/8 / 256)
+//              and P = sk::swizzled_padding_words(M, K/32) when LAYOUT & 1 (else 0).
 //              One launch for any M (M = 1 included).
 // No input may alias an output. Each x element is read once.
+// Why this shape: bandwidth-bound (3 bytes per element); the old one-chunk-per-thread grid had
+// too few bytes in flight and a 32-bit division per chunk. Now four coalesced 16-byte loads per
+// thread are issued together, the block amax is max.f32 on |x|, and chunk -> row (only for the
+// swizzled scale store) is one multiply-high.
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
 #include "common/scale_layout.cuh"
+#include "quantization/chunks.cuh"
 
 namespace sk {
 namespace quant {
@@ -42,6 +50,36 @@ SK_DEVICE u8 mxfp8_block_scale(float amax) {
   return amax == 0.0f ? u8(127) : e8m0_ceil_pow2(mul_rn(amax, kMxfp8InvE4m3Max));
 }
 
+// Quantize chunk c (8 values, a quarter of a 32-value block held by lanes c^1, c^2, c^3 of the
+// same warp). All 32 lanes must call it together (full-mask shuffles); `valid` says whether c is
+// a real chunk (a quad agrees: the chunk count is a multiple of 4). Lane c % 4 == 0 stores the
+// scale.
+template <typename T, int LAYOUT, int CVT>
+SK_DEVICE void mxfp8_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chunks_per_row,
+                                    FastDiv row_div, u8* __restrict__ values,
+                                    u8* __restrict__ scales_swizzled,
+                                    u8* __restrict__ scales_rows) {
+  float v[8];
+  widen8<T>(raw, v);
+  // max.f32 drops NaN and keeps Inf: the reference's "max |x| over the non-NaN x".
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; i++) amax = max_f32(amax, fabs_f32(v[i]));
+  amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+  const u8 scale = mxfp8_block_scale(amax);
+  const float inv = e8m0_reciprocal(scale);  // a power of two: x * inv is exact unless tiny
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], inv);
+  if (!valid) return;
+  *reinterpret_cast<uint2*>(values + i64(c) * 8) =
+      make_uint2(pack_e4m3x4<CVT>(q[0], q[1], q[2], q[3]), pack_e4m3x4<CVT>(q[4], q[5], q[6], q[7]));
+  if ((c & 3u) == 0)
+    store_block_scale<LAYOUT, 4>(scales_swizzled, scales_rows, c, chunks_per_row, row_div,
+                                 (chunks_per_row / 4 + 3) / 4, scale);
+}
+
 template <typename T, int LAYOUT, int CVT>
 __global__ void __launch_bounds__(kMxfp8Threads)
     mxfp8_rows(const T* __restrict__ x, int ld_x, int M, int K, u8* __restrict__ values,
@@ -49,37 +87,31 @@ __global__ void __launch_bounds__(kMxfp8Threads)
   static_assert(LAYOUT >= kScalesSwizzled && LAYOUT <= kScalesBoth, "LAYOUT: 1, 2 or 3");
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   const i64 num_threads = i64(gridDim.x) * blockDim.x;
-
   // Four threads per 32-value block, 8 values (one 16-byte load) each. K/8 is a multiple of 4,
-  // so a block is four aligned adjacent lanes of one warp and never straddles a row.
-  const int chunks_per_row = K / 8, scale_cols = K / kMxfp8Block;
-  const i64 chunks = i64(M) * chunks_per_row;
-  const unsigned quad_mask = 15u << (threadIdx.x & 28u);
-  for (i64 c = tid; c < chunks; c += num_threads) {
-    // M*K <= 2^34 keeps chunk indices below 2^31: 32-bit division is exact and cheap.
-    const u32 c32 = u32(c), cpr = u32(chunks_per_row);
-    const int row = int(c32 / cpr), chunk_in_row = int(c32 % cpr);
-    float v[8];
-    widen8<T>(__ldg(reinterpret_cast<const uint4*>(x + i64(row) * ld_x + chunk_in_row * 8)), v);
-    u32 amax = 0;
+  // so a block is four aligned adjacent lanes of one warp and never straddles a row. Up to
+  // kQuantChunksPerThread chunks per thread per step, all loaded first (quantization/chunks.cuh).
+  const ChunkGrid g(M, K, ld_x);
+  __shared__ FastDiv shared_row_div;
+  ChunkGroup<T> grp;
+  u64 step_base = u64(blockIdx.x) * kQuantThreads;
+  const bool has_chunks = step_base < g.chunks;  // CTA-uniform
+  if (has_chunks) grp.load(x, g, u32(step_base));
+  if (threadIdx.x == 0) shared_row_div = make_fast_div(g.chunks_per_row);
+  __syncthreads();
+  const FastDiv row_div = shared_row_div;
+  while (has_chunks) {
+    const u32 base = u32(step_base);
 #pragma unroll
-    for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
-    amax = max(amax, __shfl_xor_sync(quad_mask, amax, 1));
-    amax = max(amax, __shfl_xor_sync(quad_mask, amax, 2));
-
-    const u8 scale = mxfp8_block_scale(f32_from_bits(amax));
-    const float inv = e8m0_reciprocal(scale);  // a power of two: x * inv is exact unless tiny
-    float q[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], inv);
-    const uint2 packed = make_uint2(pack_e4m3x4<CVT>(q[0], q[1], q[2], q[3]),
-                                    pack_e4m3x4<CVT>(q[4], q[5], q[6], q[7]));
-    *reinterpret_cast<uint2*>(values + i64(row) * K + chunk_in_row * 8) = packed;
-    if ((chunk_in_row & 3) == 0)
-      store_scale<LAYOUT>(scales_swizzled, scales_rows, row, chunk_in_row / 4, scale_cols, scale);
+    for (int j = 0; j < kQuantChunksPerThread; j++)
+      mxfp8_quantize_chunk<T, LAYOUT, CVT>(grp.raw[j], base + grp.offset[j], grp.valid(g, base, j),
+                                           g.chunks_per_row, row_div, values, scales_swizzled,
+                                           scales_rows);
+    step_base = grp.step(step_base);
+    if (step_base >= g.chunks) break;  // CTA-uniform: the shuffles see full warps
+    grp.load(x, g, u32(step_base));
   }
   if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-    zero_swizzled_padding(scales_swizzled, M, scale_cols, tid, num_threads);
+    zero_swizzled_padding(scales_swizzled, M, K / kMxfp8Block, tid, num_threads);
 }
 
 }  // namespace quant

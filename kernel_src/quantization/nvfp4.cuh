@@ -31,11 +31,14 @@
 //     amax_partials, num_partials   GS_MODE 1 only (1 <= num_partials <= kMaxAmaxPartials):
 //                      the array written by nvfp4_amax_partials with grid = num_partials.
 //                      Ignored (may be null / 0) otherwise.
-//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loops). Recommended
-//              g = ceil(max(M*K/8, P) / 256) with P = sk::swizzled_padding_words(M, K/16) when
-//              LAYOUT & 1 (else 0): one 8-value chunk and at most one padding word per thread
-//              (for M = 1 the 127 padding rows are most of the work). GS_MODE 2: g must be 1
-//              (else the kernel traps).
+//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loops). Each thread takes up to
+//              kQuantChunksPerThread = 4 8-value chunks per step, loaded before any arithmetic
+//              (quantization/chunks.cuh). The host (quant_grid) launches
+//              g = max(ceil(C / 4), min(C, 4 * SMs), ceil(P / 256)) with C = ceil(M*K/8 / 256)
+//              and P = sk::swizzled_padding_words(M, K/16) when LAYOUT & 1 (else 0): four chunks
+//              per thread for large tensors, one per thread for small ones (latency), at least
+//              one padding word per thread (for M = 1 the 127 padding rows are most of the
+//              work). GS_MODE 2: g must be 1 (else the kernel traps).
 //
 //   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
 //     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
@@ -45,11 +48,19 @@
 //     launches, amax_partials then nvfp4_rows<..., kGlobalScaleFromPartials, ...>.
 //
 // No input may alias an output. Each x element is read once (twice with GS_MODE 1 and 2: amax
-// pass, then quantize pass).
+// pass, then quantize pass). 1 KiB of static shared memory (the eff table below).
+//
+// Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element): each load is a
+// coalesced 16-byte chunk, four per thread in flight; the E2M1 encoding is the exact fast
+// software path of common/e2m1_fast.cuh (~9 instructions per value instead of a 7-compare ladder);
+// the block amax is max.f32 on |x| (1 instruction per value); 1 / (e4m3(scale) / gs) is looked up
+// in a per-CTA table of the 256 scale bytes (no division per block); chunk -> row is one
+// multiply-high (FastDiv) and only the swizzled scale store needs it.
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
 #include "common/scale_layout.cuh"
+#include "quantization/chunks.cuh"
 
 namespace sk {
 namespace quant {
@@ -74,27 +85,36 @@ SK_DEVICE float nvfp4_global_scale_from_amax(float amax) {
   return min_f32(div_rn(2688.0f, amax), 0x1.fffffep127f);
 }
 
-// Block scale and the factor that maps x to E2M1 units, in upstream's operation order:
-//   sf = min(gs * (amax * (1/6)), 448); scale = e4m3(sf);
+// The factor that maps x to E2M1 units for block scale `scale`, in upstream's operation order:
 //   eff = scale == 0 ? 0 : 1 / (e4m3_value(scale) * (1 / gs)).
+// It depends only on the scale byte, so each CTA tabulates it once (kernels' eff_of_scale) and a
+// block looks it up: no division or E4M3 decode per block.
+SK_DEVICE float nvfp4_eff_of_scale(u8 scale, float gs_recip) {
+  return scale == 0 ? 0.0f : div_rn(1.0f, mul_rn(e4m3_to_float(scale), gs_recip));
+}
+
+// Block scale from the block amax: sf = min(gs * (amax * (1/6)), 448); scale = e4m3(sf); 0 when
+// gs == 0.
 template <int CVT>
-SK_DEVICE u8 nvfp4_block_scale(float amax, float gs, float gs_recip, float& eff) {
-  eff = 0.0f;
+SK_DEVICE u8 nvfp4_scale_of_amax(float amax, float gs) {
   if (gs == 0.0f) return 0;
-  const float sf = min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f);
-  const u8 scale = float_to_e4m3<CVT>(sf);
-  if (scale != 0) eff = div_rn(1.0f, mul_rn(e4m3_to_float(scale), gs_recip));
-  return scale;
+  return float_to_e4m3<CVT>(min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f));
 }
 
 // Eight values of one block -> eight E2M1 codes (v[i] in bits 4i+3..4i), -0 stored as +0.
+// Hardware cvt.e2m1x2 where the target has it, else the exact fast software encoder
+// (common/e2m1_fast.cuh); the two are bit-identical (tests/test_quant_emulation.c).
 template <int CVT>
 SK_DEVICE u32 nvfp4_quantize8(const float (&v)[8], float eff) {
-  if (eff == 0.0f) return 0u;  // zero scale: all codes 0 (NaN/Inf too, as the reference)
   float q[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
-  return e2m1x8_clear_negative_zeros(pack_e2m1x8<CVT>(q));
+  u32 packed;
+  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E2M1X2)
+    packed = e2m1x8_clear_negative_zeros(pack_e2m1x8<CVT>(q));
+  else
+    packed = sk_pack_e2m1x8_fast(q);
+  return eff == 0.0f ? 0u : packed;  // zero scale: all codes 0 (NaN/Inf too, as the reference)
 }
 
 SK_DEVICE u32 warp_max_bits(u32 v) {
@@ -158,27 +178,30 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   if (threadIdx.x == 0) amax_partials[blockIdx.x] = f32_from_bits(amax);
 }
 
-// Quantize chunk `cc` (8 values, half of a 16-value block) whose other half is held by the
-// adjacent lane in `pair_mask`; the even half also stores the block's scale.
+// Quantize chunk c (8 values, half of a 16-value block) whose other half is held by the
+// adjacent lane (lane ^ 1). All 32 lanes must call it together (full-mask shuffle); `valid`
+// says whether c is a real chunk (both lanes of a block agree: the chunk count is even). The
+// even lane stores the block's scale.
 template <typename T, int LAYOUT, int CVT>
-SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, ChunkCoord cc, int K, float gs,
-                                    float gs_recip, unsigned pair_mask, u8* __restrict__ values,
-                                    u8* __restrict__ scales_swizzled,
+SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chunks_per_row,
+                                    FastDiv row_div, float gs, const float (&eff_of_scale)[256],
+                                    u8* __restrict__ values, u8* __restrict__ scales_swizzled,
                                     u8* __restrict__ scales_rows) {
   float v[8];
   widen8<T>(raw, v);
-  u32 amax = 0;
+  // max.f32 drops NaN and keeps Inf: the reference's "max |x| over the non-NaN x" (signalling
+  // NaNs included: the GPU tests sprinkle BF16 0x7F81 / 0xFFBF).
+  float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_skip_nan(v[i]));
-  amax = max(amax, __shfl_xor_sync(pair_mask, amax, 1));
-
-  float eff;
-  const u8 scale = nvfp4_block_scale<CVT>(f32_from_bits(amax), gs, gs_recip, eff);
-  *reinterpret_cast<u32*>(values + i64(cc.row) * (K / 2) + cc.chunk_in_row * 4) =
-      nvfp4_quantize8<CVT>(v, eff);
-  if ((cc.chunk_in_row & 1) == 0)
-    store_scale<LAYOUT>(scales_swizzled, scales_rows, cc.row, cc.chunk_in_row / 2, K / kNvfp4Block,
-                        scale);
+  for (int i = 0; i < 8; i++) amax = max_f32(amax, fabs_f32(v[i]));
+  amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  const u8 scale = nvfp4_scale_of_amax<CVT>(amax, gs);
+  const u32 packed = nvfp4_quantize8<CVT>(v, eff_of_scale[scale]);
+  if (!valid) return;
+  *reinterpret_cast<u32*>(values + i64(c) * 4) = packed;
+  if ((c & 1u) == 0)
+    store_block_scale<LAYOUT, 2>(scales_swizzled, scales_rows, c, chunks_per_row, row_div,
+                                 (chunks_per_row / 2 + 3) / 4, scale);
 }
 
 // GS_MODE kGlobalScaleInCta keeps the first kInCtaCachedChunks chunks of every thread in
@@ -198,54 +221,82 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   const i64 num_threads = i64(gridDim.x) * blockDim.x;
   // Two threads per 16-value block, 8 values (one 16-byte load) each. K/8 is even, so the two
   // halves of a block are adjacent lanes of one warp and never straddle a row.
-  const int chunks_per_row = K / 8;
-  const i64 chunks = i64(M) * chunks_per_row;
-  const unsigned pair_mask = 3u << (threadIdx.x & 30u);
+  const ChunkGrid g(M, K, ld_x);
+  __shared__ float eff_of_scale[256];
+  __shared__ FastDiv shared_row_div;
+  if (threadIdx.x == 0) shared_row_div = make_fast_div(g.chunks_per_row);
 
-  float gs;
-  i64 first_chunk = tid;  // where the grid-stride quantize loop starts
-  uint4 cached[kInCtaCachedChunks];
-  if constexpr (GS_MODE == kGlobalScaleGiven) {
-    gs = __ldg(global_scale);
-  } else {
-    u32 amax = 0;
-    if constexpr (GS_MODE == kGlobalScaleFromPartials) {
+  if constexpr (GS_MODE != kGlobalScaleInCta) {
+    // Loads first (the global scale, its reduction and the eff table overlap them), then up
+    // to kQuantChunksPerThread chunks per thread per step, see ChunkGrid.
+    ChunkGroup<T> grp;
+    u64 step_base = u64(blockIdx.x) * kQuantThreads;
+    const bool has_chunks = step_base < g.chunks;  // CTA-uniform
+    if (has_chunks) grp.load(x, g, u32(step_base));
+    float gs;
+    if constexpr (GS_MODE == kGlobalScaleGiven) {
+      gs = __ldg(global_scale);
+    } else {
+      u32 amax = 0;
       for (int i = threadIdx.x; i < num_partials; i += blockDim.x)
         amax = max(amax, magnitude_bits_finite(__ldg(amax_partials + i)));
-    } else {
-      if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
-#pragma unroll
-      for (int r = 0; r < kInCtaCachedChunks; r++) {
-        const i64 c = threadIdx.x + i64(r) * blockDim.x;
-        cached[r] = c < chunks ? load_chunk(x, ld_x, chunk_coord(c, chunks_per_row))
-                               : make_uint4(0u, 0u, 0u, 0u);  // zeros do not change the amax
-        float v[8];
-        widen8<T>(cached[r], v);
-#pragma unroll
-        for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_finite(v[i]));
-      }
-      first_chunk = threadIdx.x + i64(kInCtaCachedChunks) * blockDim.x;
-      amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
+      gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
+      if (tid == 0) *global_scale = gs;
     }
-    gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
-    if (tid == 0) *global_scale = gs;
-  }
-  const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
-
-  if constexpr (GS_MODE == kGlobalScaleInCta) {
+    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
+    for (int s = threadIdx.x; s < 256; s += blockDim.x)
+      eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
+    __syncthreads();
+    const FastDiv row_div = shared_row_div;
+    while (has_chunks) {
+      const u32 base = u32(step_base);
+#pragma unroll
+      for (int j = 0; j < kQuantChunksPerThread; j++)
+        nvfp4_quantize_chunk<T, LAYOUT, CVT>(grp.raw[j], base + grp.offset[j], grp.valid(g, base, j),
+                                             g.chunks_per_row, row_div, gs, eff_of_scale,
+                                             values, scales_swizzled, scales_rows);
+      step_base = grp.step(step_base);
+      if (step_base >= g.chunks) break;  // CTA-uniform: the shuffles see full warps
+      grp.load(x, g, u32(step_base));
+    }
+  } else {
+    if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
+    const i64 chunks = g.chunks;
+    uint4 cached[kInCtaCachedChunks];
+    u32 amax = 0;
 #pragma unroll
     for (int r = 0; r < kInCtaCachedChunks; r++) {
       const i64 c = threadIdx.x + i64(r) * blockDim.x;
-      if (c < chunks)
-        nvfp4_quantize_chunk<T, LAYOUT, CVT>(cached[r], chunk_coord(c, chunks_per_row), K, gs,
-                                             gs_recip, pair_mask, values, scales_swizzled,
-                                             scales_rows);
+      cached[r] = c < chunks ? g.load(x, u32(c)) : make_uint4(0u, 0u, 0u, 0u);  // zeros do not change the amax
+      float v[8];
+      widen8<T>(cached[r], v);
+#pragma unroll
+      for (int i = 0; i < 8; i++) amax = max(amax, magnitude_bits_finite(v[i]));
     }
-  }
-  for (i64 c = first_chunk; c < chunks; c += num_threads) {
-    const ChunkCoord cc = chunk_coord(c, chunks_per_row);
-    nvfp4_quantize_chunk<T, LAYOUT, CVT>(load_chunk(x, ld_x, cc), cc, K, gs, gs_recip, pair_mask,
-                                         values, scales_swizzled, scales_rows);
+    const i64 first_chunk = threadIdx.x + i64(kInCtaCachedChunks) * blockDim.x;
+    amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
+    const float gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
+    if (tid == 0) *global_scale = gs;
+    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
+    for (int s = threadIdx.x; s < 256; s += blockDim.x)
+      eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
+    __syncthreads();
+    const FastDiv row_div = shared_row_div;
+#pragma unroll
+    for (int r = 0; r < kInCtaCachedChunks; r++) {
+      const i64 c = threadIdx.x + i64(r) * blockDim.x;
+      nvfp4_quantize_chunk<T, LAYOUT, CVT>(cached[r], u32(c), c < chunks, g.chunks_per_row,
+                                           row_div, gs, eff_of_scale, values, scales_swizzled,
+                                           scales_rows);
+    }
+    // CTA-uniform loop condition (full-mask shuffles inside).
+    for (i64 base = i64(kInCtaCachedChunks) * blockDim.x; base < chunks; base += blockDim.x) {
+      const i64 c = base + threadIdx.x;
+      const bool valid = c < chunks;
+      nvfp4_quantize_chunk<T, LAYOUT, CVT>(valid ? g.load(x, u32(c)) : make_uint4(0u, 0u, 0u, 0u),
+                                           u32(c), valid, g.chunks_per_row, row_div, gs,
+                                           eff_of_scale, values, scales_swizzled, scales_rows);
+    }
   }
   if constexpr ((LAYOUT & kScalesSwizzled) != 0)
     zero_swizzled_padding(scales_swizzled, M, K / kNvfp4Block, tid, num_threads);

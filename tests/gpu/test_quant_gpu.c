@@ -175,6 +175,43 @@ Test(gpu_quant, mxfp8_bit_exact_over_shapes, .init = setup, .fini = teardown, .t
                case_failures);
 }
 
+/* The multi-chunk work split (kernel_src/quantization/chunks.cuh): tails where the chunk count is
+ * not a multiple of the chunks per step, M = 1, odd M, the smallest K (16, 32, 48: one or two
+ * chunks per row), and several chunks per thread (SPARKINFER_QUANT_CHUNKS_PER_THREAD, read at plan
+ * creation: 1 = one chunk per thread, 2 and 4 = one step, 16 = four steps of the grid-stride loop). */
+Test(gpu_quant, multi_chunk_tails_bit_exact, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu quant tails");
+  skref_rng rng;
+  skref_rng_seed(&rng, seed);
+  static const int64_t tm[] = {1, 2, 3, 5, 127, 129, 1001, 4097};
+  static const int64_t tk4[] = {16, 48, 80, 2064}, tk8[] = {32, 96, 2080};
+  static const char *const per[] = {"1", "2", "4", "16"};
+  int i = 0;
+  for (size_t p = 0; p < sizeof per / sizeof per[0]; p++) {
+    setenv("SPARKINFER_QUANT_CHUNKS_PER_THREAD", per[p], 1);
+    for (size_t a = 0; a < sizeof tm / sizeof tm[0]; a++) {
+      for (size_t b = 0; b < sizeof tk4 / sizeof tk4[0]; b++, i++) {
+        qcase c = {1, i % 5 == 4 ? SKREF_FP16 : SKREF_BF16, tm[a], tk4[b], (sk_scale_layout)(1 + i % 3),
+                   (sk_global_scale_mode)(i % 2), i % 3, i % 4 == 3 ? SK_PATH_PORTABLE : SK_PATH_AUTO};
+        run_case(&c, &rng, seed);
+      }
+      for (size_t b = 0; b < sizeof tk8 / sizeof tk8[0]; b++, i++) {
+        qcase c = {0, i % 5 == 4 ? SKREF_FP16 : SKREF_BF16, tm[a], tk8[b], (sk_scale_layout)(1 + i % 3),
+                   SK_GLOBAL_SCALE_GIVEN, i % 3, i % 4 == 3 ? SK_PATH_PORTABLE : SK_PATH_AUTO};
+        run_case(&c, &rng, seed);
+      }
+    }
+    /* A large case per setting: many CTAs, several steps with "16". */
+    qcase big4 = {1, SKREF_BF16, 4096, 7168, SK_SCALES_BOTH, SK_GLOBAL_SCALE_GIVEN, 2, SK_PATH_AUTO};
+    qcase big8 = {0, SKREF_BF16, 4096, 7168, SK_SCALES_BOTH, SK_GLOBAL_SCALE_GIVEN, 2, SK_PATH_AUTO};
+    run_case(&big4, &rng, seed);
+    run_case(&big8, &rng, seed);
+  }
+  unsetenv("SPARKINFER_QUANT_CHUNKS_PER_THREAD");
+  cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
+               case_failures);
+}
+
 /* Planned ops captured in a CUDA graph after the freeze replay bit-identically to eager runs. */
 Test(gpu_quant, graph_capture_after_freeze_is_bit_exact, .init = setup, .fini = teardown) {
   uint64_t seed = skref_test_seed("gpu quant graph");

@@ -94,6 +94,15 @@ sk_status quant_plan_create(quant_kind kind, const sk_quant_caps *caps, sk_quant
   c.arch = p->arch;
   p->caps = c;
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
+  /* Default: one step of 4 chunks per thread (4 x 16 bytes in flight, ~1.3k threads per SM at
+   * 48 registers: far more than the ~20 KB per SM that 4.3 TB/s at ~1 us latency needs). The
+   * variable exists so one benchmark run can compare 1, 2, 4 (one step) and 8, 16 (several). */
+  uint64_t per = QUANT_CHUNKS_PER_STEP;
+  if (s == SK_OK) s = sk_env_u64("SPARKINFER_QUANT_CHUNKS_PER_THREAD", QUANT_CHUNKS_PER_STEP, &per);
+  if (s == SK_OK && (per < 1 || per > 64))
+    s = sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: SPARKINFER_QUANT_CHUNKS_PER_THREAD=%llu: expected 1..64", op,
+                     (unsigned long long)per);
+  p->chunks_per_thread = (int)per;
   char names[QK_COUNT][160], params[160];
   quant_kernel_names(kind, &c, p->arch, names, params);
   for (int i = 0; s == SK_OK && i < QK_COUNT; i++)
@@ -239,10 +248,19 @@ SK_API sk_status sk_quant_run(const sk_quant_plan *p, const sk_binding *b, void 
 
 int64_t quant_grid(const sk_quant_plan *p, int64_t m) {
   const int64_t k = p->caps.k, cols = k / kind_block(p->kind);
-  int64_t work = m * k / 8;
+  /* Large tensors: chunks_per_thread chunks per thread, all loaded before any arithmetic (more
+   * bytes in flight, fewer CTAs). Small ones: one chunk per thread while that still gives at most
+   * 4 CTAs per SM, so M <= 128 keeps the one-round-trip latency of the old grid. */
+  const int64_t chunk_ctas = sk_cdiv(m * k / 8, QUANT_THREADS);
+  const int64_t sms = p->sm_count > 0 ? p->sm_count : 128; /* offline plans know no SM count */
+  const int64_t per = p->chunks_per_thread > 0 ? p->chunks_per_thread : QUANT_CHUNKS_PER_STEP;
+  int64_t grid = sk_cdiv(chunk_ctas, per);
+  const int64_t floor_ctas = chunk_ctas < 4 * sms ? chunk_ctas : 4 * sms;
+  if (grid < floor_ctas) grid = floor_ctas;
   if (p->caps.scales & SK_SCALES_SWIZZLED) {
     const int64_t pad_words = (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(cols, 4);
-    if (pad_words > work) work = pad_words;
+    const int64_t pad_ctas = sk_cdiv(pad_words, QUANT_THREADS);
+    if (pad_ctas > grid) grid = pad_ctas;
   }
-  return sk_cdiv(work, QUANT_THREADS);
+  return grid;
 }

@@ -25,10 +25,12 @@ struct sk_quant_plan {
   sk_scratch_layout scratch;
   int amax_region;               /* scratch region of the amax partials, -1 if none */
   int sm_count;
+  int chunks_per_thread;         /* 1..64, see quant_grid */
 };
 
 #define QUANT_THREADS 256       /* kNvfp4Threads / kMxfp8Threads */
 #define QUANT_MAX_PARTIALS 1024 /* kMaxAmaxPartials */
+#define QUANT_CHUNKS_PER_STEP 4 /* kQuantChunksPerThread (kernel_src/quantization/chunks.cuh) */
 
 /* Caps check for `kind` (fills a normalised copy). */
 sk_status quant_check_caps(quant_kind kind, const sk_quant_caps *caps, sk_quant_caps *out);
@@ -48,8 +50,10 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
                             const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
                             int64_t *m_out);
 
-/* Grid of the rows kernels: one 8-value chunk and at most one swizzled padding word per thread
- * (see the quantizer kernels' launch contracts; for M = 1 the 127 padding rows are most of the work). */
+/* Grid of the rows kernels: up to chunks_per_thread 8-value chunks per thread, loaded
+ * QUANT_CHUNKS_PER_STEP at a time (SPARKINFER_QUANT_CHUNKS_PER_THREAD, default 4; never fewer than
+ * min(one chunk per thread, 4 CTAs per SM) CTAs), and at least one thread per swizzled padding
+ * word (for M = 1 the 127 padding rows are most of the work). See the kernels' launch contracts. */
 int64_t quant_grid(const sk_quant_plan *p, int64_t m);
 /* Each op's launches (binding already checked). */
 sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *stream);

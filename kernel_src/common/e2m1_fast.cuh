@@ -1,0 +1,74 @@
+// Fast exact fp32 -> E2M1 (FP4) encoding for targets without cvt.rn.satfinite.e2m1x2 (sm_90:
+// the NVFP4 quantizer's software path). Written in the common subset of C11 and CUDA C++ so that
+// the CPU tests include this very code (tests/test_quant_emulation.c checks it against the
+// reference encoder over all 2^32 fp32 inputs); the kernels use it through common/numeric.cuh.
+//
+// Result: the code of float_to_e2m1_sw(q) (RNE, ties to even, satfinite, NaN -> +6 = 0x7) with
+// -0 (0x8) stored as +0, i.e. the NVFP4 quantizer's canonical code.
+//
+// Why it is exact: on a = |q| <= 6 the E2M1 magnitude code is
+//   rint(g(a)),  g(a) = min(2a, a + 2, a/2 + 4)
+// g is the piecewise linear map of the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6} onto 0..7 (breaks
+// at the grid points 2 and 4), so grid midpoints go to half-integers and RNE on g gives the
+// even code on ties, which is E2M1's even mantissa. rint is monotone, so
+// rint(min(..)) = min(rint(..)), and each line is rounded ONCE by adding 2^23 (ulp 1 in
+// [2^23, 2^24)): s_k = m_k * a + (2^23 + c_k), with m_k * a exact (a power of two times a <= 6;
+// a subnormal a/2 rounds but cannot move 2^23 + 4). The bits of min(s_k, 2^23 + 7) are
+// 0x4B000000 + code (the 7 saturates a > 6, Inf and NaN).
+// The sign: q < -0.25 (false for NaN, -0 and every negative that rounds to 0).
+// Cost per value on sm_90: 2 FFMA + FADD (|q| folded in), two integer mins, the pack (LEA) and
+// the sign (FSETP + add): about 8 instructions, versus ~25 for the compare ladder.
+#pragma once
+
+#ifdef __CUDACC__
+#define SK_E2M1_FN __host__ __device__ __forceinline__
+#else
+#define SK_E2M1_FN static inline
+#endif
+
+// Bits of 2^23 + the magnitude code (0..7) of q; the bias cancels in sk_pack_e2m1x8_fast.
+SK_E2M1_FN unsigned sk_e2m1_biased_magnitude(float q) {
+#ifdef __CUDA_ARCH__
+  float a, s1, s2, s3;
+  asm("abs.f32 %0, %1;" : "=f"(a) : "f"(q));
+  asm("fma.rn.f32 %0, %1, 0f40000000, 0f4B000000;" : "=f"(s1) : "f"(a));  // 2a + 2^23
+  asm("add.rn.f32 %0, %1, 0f4B000002;" : "=f"(s2) : "f"(a));              // a + 2 + 2^23
+  asm("fma.rn.f32 %0, %1, 0f3F000000, 0f4B000004;" : "=f"(s3) : "f"(a));  // a/2 + 4 + 2^23
+  const unsigned b1 = __float_as_uint(s1), b2 = __float_as_uint(s2), b3 = __float_as_uint(s3);
+#else
+  const float a = __builtin_fabsf(q);
+  // a * 2 and a * 0.5 are exact (or, for a subnormal a * 0.5, too small to matter), so the
+  // separate multiply and add round like the device's single-rounding fma.
+  const float s1 = a * 2.0f + 0x1p23f, s2 = a + (0x1p23f + 2.0f), s3 = a * 0.5f + (0x1p23f + 4.0f);
+  unsigned b1, b2, b3;
+  __builtin_memcpy(&b1, &s1, 4);
+  __builtin_memcpy(&b2, &s2, 4);
+  __builtin_memcpy(&b3, &s3, 4);
+#endif
+  // Saturation: above 6 (Inf included) every line exceeds 2^23 + 7, and NaN lines are positive
+  // NaNs (a >= 0), whose bits are larger still; so the clamp is an integer min with no reliance
+  // on how a float min treats (signalling) NaNs.
+  const unsigned m12 = b1 < b2 ? b1 : b2, m3 = b3 < 0x4B000007u ? b3 : 0x4B000007u;
+  return m12 < m3 ? m12 : m3;
+}
+
+// 8 (the E2M1 sign bit) when q encodes as a negative nonzero code, else 0.
+SK_E2M1_FN unsigned sk_e2m1_sign_bit(float q) { return q < -0.25f ? 8u : 0u; }
+
+SK_E2M1_FN unsigned sk_float_to_e2m1_fast(float q) {
+  return (sk_e2m1_biased_magnitude(q) - 0x4B000000u) | sk_e2m1_sign_bit(q);
+}
+
+// Eight values -> 32 bits, q[i] in bits 4i+3..4i. The biased magnitudes are shifted and summed
+// (one LEA each) and the sum of the biases, (0x4B000000 + (0x4B000000 << 4)) mod 2^32 =
+// 0xFB000000 (the others shift out), is subtracted once: exact modulo 2^32, no carries between
+// nibbles since every code is <= 15.
+SK_E2M1_FN unsigned sk_pack_e2m1x8_fast(const float q[8]) {
+  unsigned acc = 0u - 0xFB000000u;
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+  for (int i = 0; i < 8; i++)
+    acc += (sk_e2m1_biased_magnitude(q[i]) << (4 * i)) + (sk_e2m1_sign_bit(q[i]) << (4 * i));
+  return acc;
+}
