@@ -11,6 +11,7 @@
 #include "../../../kernel_src/gemm/sm120_layout.cuh" /* plain C11 as well: the SM120 smem formula */
 #include "../../embedded.h"
 #include "../../op.h"
+#include "../quantization/quant_common.h"
 #include "sparkinfer/gemm.h"
 #include "sparkinfer/quantization.h"
 
@@ -483,10 +484,11 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
     const void *xp = px;
     void *cp = codes, *sp = scales, *rows = NULL;
     int ld = (int)k, mi = (int)m, ki = (int)k;
-    int64_t work = m * k / 8, pad = (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(k / 32, 4);
-    if (pad > work) work = pad;
+    int sms = 0;
+    if (sk_device_sm_count(&sms) != SK_OK) sms = 0;
+    const int64_t grid = quant_rows_grid(m, k, 32, 1, 0, sms); /* the quantization.mxfp8 op's grid */
     void *args[] = {(void *)&xp, &ld, &mi, &ki, &cp, &sp, &rows};
-    sk_status s = sk_kernel_launch(qk, (sk_dim3){(unsigned)sk_cdiv(work, 256), 1, 1}, (sk_dim3){256, 1, 1}, 0, stream, args);
+    sk_status s = sk_kernel_launch(qk, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, stream, args);
     if (s != SK_OK) return sk_wrap_error(s, "gemm.mxfp8_linear");
   }
   char *rest = (char *)workspace + mxfp8_act_bytes(m, k);

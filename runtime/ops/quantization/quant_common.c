@@ -94,11 +94,13 @@ sk_status quant_plan_create(quant_kind kind, const sk_quant_caps *caps, sk_quant
   c.arch = p->arch;
   p->caps = c;
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
-  /* Default: one step of 4 chunks per thread (4 x 16 bytes in flight, ~1.3k threads per SM at
-   * 48 registers: far more than the ~20 KB per SM that 4.3 TB/s at ~1 us latency needs). The
-   * variable exists so one benchmark run can compare 1, 2, 4 (one step) and 8, 16 (several). */
-  uint64_t per = QUANT_CHUNKS_PER_STEP;
-  if (s == SK_OK) s = sk_env_u64("SPARKINFER_QUANT_CHUNKS_PER_THREAD", QUANT_CHUNKS_PER_STEP, &per);
+  /* Defaults measured on the H200 (bench/RESULTS.md, ninth run; 1, 2, 4, 8, 16 compared): mxfp8
+   * one step of 4 chunks per thread (4 x 16 bytes in flight; 8 equal, 16 slower); nvfp4 16
+   * (four steps: its per-CTA scale table and setup are amortised over more chunks; +7-10% over
+   * 4 at M >= 4096). The variable overrides both for benchmarks; bits never change. */
+  const uint64_t default_per = kind == QUANT_NVFP4 ? 16 : QUANT_CHUNKS_PER_STEP;
+  uint64_t per = default_per;
+  if (s == SK_OK) s = sk_env_u64("SPARKINFER_QUANT_CHUNKS_PER_THREAD", default_per, &per);
   if (s == SK_OK && (per < 1 || per > 64))
     s = sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: SPARKINFER_QUANT_CHUNKS_PER_THREAD=%llu: expected 1..64", op,
                      (unsigned long long)per);
@@ -246,21 +248,26 @@ SK_API sk_status sk_quant_run(const sk_quant_plan *p, const sk_binding *b, void 
 }
 
 
-int64_t quant_grid(const sk_quant_plan *p, int64_t m) {
-  const int64_t k = p->caps.k, cols = k / kind_block(p->kind);
+int64_t quant_rows_grid(int64_t m, int64_t k, int block, int swizzled, int chunks_per_thread, int sm_count) {
+  const int64_t cols = k / block;
   /* Large tensors: chunks_per_thread chunks per thread, all loaded before any arithmetic (more
    * bytes in flight, fewer CTAs). Small ones: one chunk per thread while that still gives at most
    * 4 CTAs per SM, so M <= 128 keeps the one-round-trip latency of the old grid. */
   const int64_t chunk_ctas = sk_cdiv(m * k / 8, QUANT_THREADS);
-  const int64_t sms = p->sm_count > 0 ? p->sm_count : 128; /* offline plans know no SM count */
-  const int64_t per = p->chunks_per_thread > 0 ? p->chunks_per_thread : QUANT_CHUNKS_PER_STEP;
+  const int64_t sms = sm_count > 0 ? sm_count : 128; /* offline plans know no SM count */
+  const int64_t per = chunks_per_thread > 0 ? chunks_per_thread : QUANT_CHUNKS_PER_STEP;
   int64_t grid = sk_cdiv(chunk_ctas, per);
   const int64_t floor_ctas = chunk_ctas < 4 * sms ? chunk_ctas : 4 * sms;
   if (grid < floor_ctas) grid = floor_ctas;
-  if (p->caps.scales & SK_SCALES_SWIZZLED) {
+  if (swizzled) {
     const int64_t pad_words = (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(cols, 4);
     const int64_t pad_ctas = sk_cdiv(pad_words, QUANT_THREADS);
     if (pad_ctas > grid) grid = pad_ctas;
   }
   return grid;
+}
+
+int64_t quant_grid(const sk_quant_plan *p, int64_t m) {
+  return quant_rows_grid(m, p->caps.k, kind_block(p->kind), (p->caps.scales & SK_SCALES_SWIZZLED) != 0,
+                         p->chunks_per_thread, p->sm_count);
 }

@@ -55,6 +55,10 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
  * min(one chunk per thread, 4 CTAs per SM) CTAs), and at least one thread per swizzled padding
  * word (for M = 1 the 127 padding rows are most of the work). See the kernels' launch contracts. */
 int64_t quant_grid(const sk_quant_plan *p, int64_t m);
+/* The same grid without a plan (gemm.mxfp8_linear launches the mxfp8 rows kernel directly):
+ * block = values per scale (16 nvfp4, 32 mxfp8), chunks_per_thread <= 0 = the step default,
+ * sm_count <= 0 = unknown. */
+int64_t quant_rows_grid(int64_t m, int64_t k, int block, int swizzled, int chunks_per_thread, int sm_count);
 /* Each op's launches (binding already checked). */
 sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
 sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
