@@ -344,9 +344,10 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
           for (int e = 0; e < 2; ++e)
             sb_w[j][e] = *reinterpret_cast<const u32*>(scB + swz_in_tile((n0 & 127) + wn * WN + 8 * j + 2 * t + e, 0));
       }
-      // Not unrolled: unrolling lets the compiler hoist all 4 blocks' fragment loads (block_fp8
-      // then spills); the body has MT*NT MMAs.
-#pragma unroll 1
+      // Unrolled so the next block's fragment loads and conversions overlap this block's MMAs:
+      // fully for tensor_fp8 (no temporaries), by 2 for mxfp8/block_fp8 (fully unrolled, all 4
+      // blocks' fragments are hoisted and block_fp8 spills). No spills on sm_90a/sm_120a.
+#pragma unroll(RECIPE == kTensorFp8 ? 4 : 2)
       for (int blk = 0; blk < 4; ++blk) {  // 32-element K blocks of the slab
         if (kTmp && (RECIPE == kMxfp8 || blk == 0)) {
 #pragma unroll
