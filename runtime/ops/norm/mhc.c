@@ -192,7 +192,8 @@ SK_API void sk_mhc_plan_destroy(sk_mhc_plan *p) { free(p); }
 
 /* Binding layout. ptr: 0 x, 1 residual, 2 post(in), 3 comb(in), 4 fn, 5 residual_out/out,
  * 6 partials, 7 hc_scale, 8 hc_base, 9 norm_weight, 10 y, 11 post(out), 12 comb(out).
- * dim: 0 entry, 1 T, 2 partial stage buffers, 3 tokens per partial CTA, 4 hidden per finalize CTA. */
+ * dim: 0 entry, 1 T, 2 partial stage buffers, 3 tokens per partial CTA (both for the tensor-core
+ * partials; run takes the scalar ones when T <= the plan's crossover), 4 hidden per finalize CTA. */
 #define BF16_T SK_DL_BF16
 #define F32_T SK_DL_FP32
 
