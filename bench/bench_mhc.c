@@ -1,6 +1,8 @@
 /* bench_mhc - norm.mhc achieved bandwidth for run_post, run_pre, run_post_pre at hidden 2048,
- * 4096, 7168 and T in {1, 16, 128, 4096}. Bytes = every input read once + every output written
- * once. CUDA events around 100 runs after warm-up, median of 7 rounds; random data. */
+ * 4096, 7168 and T in {1, 8, 16, 128, 4096} (8: the largest T on the scalar partial kernels by
+ * default; SPARKINFER_MHC_SCALAR_MAX_T=0 / =16 move the crossover to compare both variants).
+ * Bytes = every input read once + every output written once. CUDA events around 100 runs after
+ * warm-up, median of 7 rounds; random data. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,7 @@ int main(void) {
   int first = 1;
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
-  const int hs[] = {2048, 4096, 7168}, ts[] = {1, 16, 128, 4096};
+  const int hs[] = {2048, 4096, 7168}, ts[] = {1, 8, 16, 128, 4096};
   DLDataType bf = {kDLBfloat, 16, 1}, f32 = {kDLFloat, 32, 1};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -43,7 +45,7 @@ int main(void) {
   CK(cudaEventCreate(&e1));
   printf("| entry | H | T | us/run | GB/s | %% of 4300 GB/s |\n|---|---|---|---|---|---|\n");
   for (int hi = 0; hi < 3; hi++)
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < (int)(sizeof ts / sizeof ts[0]); ti++) {
       const int64_t h = hs[hi], t = ts[ti];
       sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
       sk_mhc_plan *p;

@@ -97,9 +97,45 @@ Test(mhc_ops, sk_warm_builds_mhc_entries_and_rejects_bad_caps, .init = setup, .f
   char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
   char *out = NULL;
   cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
-  cr_assert_eq(tu_json_num(out, "kernels"), 5, "any multiple of 256 (here 1280) compiles: %s", out);
+  cr_assert_eq(tu_json_num(out, "kernels"), 7, "any multiple of 256 (here 1280) compiles, both partial variants: %s", out);
   free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1000}}]}");
   char *argv2[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--quiet", NULL};
   cr_assert_eq(tu_run(argv2, NULL, NULL), 2);
+}
+
+/* SPARKINFER_MHC_SCALAR_MAX_T (the T up to which pre / post_pre take the scalar partial kernels)
+ * is validated and read when the plan is made: a bad value set after plan_create changes nothing. */
+Test(mhc_ops, scalar_crossover_env_is_validated_at_plan_time, .init = setup, .fini = teardown) {
+  const int64_t h = 256, t = 3;
+  sk_mhc_caps c = {h, 32, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_120a"};
+  sk_mhc_plan *p;
+  static const char *const bad[] = {"-1", "abc", "8x", "4294967296"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("SPARKINFER_MHC_SCALAR_MAX_T", bad[i], 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
+    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_SCALAR_MAX_T"), "%s", sk_last_error_message());
+  }
+  /* 0 (tensor cores for every T), the default, and a crossover above max_tokens (scalar only). */
+  static const char *const good[] = {"0", "", "8", "1K"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    setenv("SPARKINFER_MHC_SCALAR_MAX_T", good[i], 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", good[i], sk_last_error_message());
+    setenv("SPARKINFER_MHC_SCALAR_MAX_T", "junk", 1); /* not read again by bind or run */
+    sk_scratch_spec spec;
+    cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
+    int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfnp[2] = {24, h}, s3[1] = {3},
+            s24[1] = {24};
+    DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
+             hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24),
+             ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx),
+             po = tu_fake_device_tensor(0x900000, F32, 2, sp), co = tu_fake_device_tensor(0x910000, F32, 3, sc);
+    sk_binding b;
+    cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, (void *)0xa00000, spec.bytes, &b), SK_OK,
+                 "%s", sk_last_error_message());
+    cr_assert_neq(sk_mhc_run(p, &b, NULL), SK_OK, "no kernel is loaded without a GPU");
+    cr_assert_null(strstr(sk_last_error_message(), "SPARKINFER_MHC_SCALAR_MAX_T"), "%s", sk_last_error_message());
+    sk_mhc_plan_destroy(p);
+  }
+  unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
 }

@@ -7,8 +7,9 @@
 //   S = H / 256 (hidden tiles). All tensors dense row-major, contiguous, and 16-byte aligned
 //   (cudaMalloc / cuMemAlloc give 256). No output may alias an input or another output.
 //   Scalars: the eps values as fp32, sinkhorn_iters as int (host rejects < 1; the kernels treat < 1
-//   as 1). Dynamic shared memory only in the partial kernels (below; elsewhere pass 0). Deterministic: no atomics, fixed-order
-//   reductions; bits do not depend on tokens_per_cta, num_stages or hidden_per_cta.
+//   as 1). Dynamic shared memory only in the tensor-core partial kernels (2; elsewhere pass 0).
+//   Deterministic: no atomics, fixed-order reductions; bits do not depend on tokens_per_cta,
+//   num_stages or hidden_per_cta, but post / comb / y do depend on which partial kernel (2 or 2b) ran.
 //
 // Scratch: partials fp32 [T_max][S][36] (kPartialStride), scratch_bytes = T_max * S * 36 * 4.
 //   Needs no initialisation; the partial kernel writes every slot the finalize reads.
@@ -16,6 +17,8 @@
 // run_post   = post_kernel
 // run_pre    = pre_partial_kernel      -> pre_finalize_kernel        (same stream, in order)
 // run_post_pre = post_pre_partial_kernel -> post_pre_finalize_kernel (same stream, in order)
+// For a few tokens (decode) the *_partial_scalar_kernel variants (2b) replace the partial kernel;
+// they write the same partials, so the finalize is the same.
 //
 // 1. template <int HIDDEN> __global__ void post_kernel(
 //        const bf16* x,           // [T, H]
@@ -52,6 +55,16 @@
 //    Suggested: num_stages 3 on sm_80/sm_90/sm_100, 2 on sm_86/89/120/121 (99 KiB per block);
 //    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
 //
+// 2b. template <int HIDDEN> __global__ void pre_partial_scalar_kernel(
+//        const bf16* x, const float* fn_pre, bf16* residual_out, float* partials);   // as in 2
+//     template <int HIDDEN> __global__ void post_pre_partial_scalar_kernel(
+//        const bf16* x, const bf16* residual, const float* prev_post, const float* prev_comb,
+//        const float* fn, bf16* residual_out, float* partials);                      // as in 2
+//    Scalar fp32 FMA, one warp per (token, tile, role); role z takes mixes 4z .. 4z+3.
+//    block = exactly 32 threads; grid = (T, S, 6); no shared memory. Written: as in 2.
+//    Suggested for T <= 8 (the host's default crossover; SPARKINFER_MHC_SCALAR_MAX_T). Bits differ
+//    from kernel 2 (another summation order) but do not depend on T.
+//
 // 3. template <int HIDDEN, typename NormWeight> __global__ void pre_finalize_kernel(
 //        const bf16* x,           // [T, H]  (the streams are 4 copies of x)
 //        ... the rest as post_pre_finalize_kernel ...);
@@ -71,13 +84,15 @@
 //    hidden_per_cta: a multiple of 256 dividing H. Suggested: H when T >= 2 * num_SMs / (H/1024),
 //    else the largest of 1024 / 512 / 256 that divides H (decode: several CTAs per token).
 //    Static shared memory < 256 B.
-//    Must start after the partial kernel of the same call has finished (stream order is enough).
+//    Must start after the partial kernel (2 or 2b) of the same call has finished (stream order is enough).
 //
 // Grid limits: grid.x is at most 2^31 - 1 (T), grid.y = S or H / hidden_per_cta (< 65536).
 // Measured on an H200 before the tensor-core partial kernels (sm_90a), H = 4096, CUDA-graph replay:
 //   decode T = 1: post_pre 5.3 us (partial 2.1 + finalize 3.2), pre 4.9 us, post 1.4 us.
 //   prefill T = 4096: post_pre 390 us (partial ~345, instruction-bound), pre 112 us, post 73 us.
-//   New numbers pending (the owner measures with build/bench/bench_mhc).
+// Tensor-core partials vs the scalar ones (H200): T = 4096, H = 7168: post_pre 673 -> 379 us, pre
+//   190 -> 148 us; but T = 1: post_pre 7.1 -> 12.3 us, pre 7.0 -> 9.5 us (equal at T = 16): hence 2b
+//   for T <= 8.
 // ==========================================================================================================
 #pragma once
 #include <cuda_bf16.h>
@@ -257,6 +272,26 @@ SK_DEVICE float bf16_element(const uint4& v, int e) {
   return __uint_as_float((e & 1) ? (word & 0xffff0000u) : (word << 16));
 }
 
+// Output stream j of one 8-element chunk of token `token`, mixed back from the packed inputs:
+// the fma chain of mix_back_vector (same bits as run_post). One output stream at a time keeps
+// the live set small next to the fn values both partial kernels hold in registers.
+SK_DEVICE uint4 mix_back_stream(const float* __restrict__ prev_post, const float* __restrict__ prev_comb, i64 token,
+                                int j, const uint4& xv, const uint4 (&r)[kStreams]) {
+  const float post_j = __ldg(prev_post + kStreams * token + j);
+  float comb_j[kStreams];
+#pragma unroll
+  for (int i = 0; i < kStreams; ++i) comb_j[i] = __ldg(prev_comb + kStreams * (kStreams * token + i) + j);
+  float v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float acc = post_j * bf16_element(xv, e);
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) acc = fmaf(comb_j[i], bf16_element(r[i], e), acc);
+    v[e] = acc;
+  }
+  return pack_bf16x8_rn(v);
+}
+
 // Stage: post_pre mixes back in place (stream i of the chunk is replaced by output stream i, same
 // fma chain as mix_back_vector) and stores residual_out; pre stores 4 copies of x.
 template <int HIDDEN, int NS>
@@ -273,27 +308,13 @@ SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 gro
 #pragma unroll
       for (int s = 0; s < kStreams; ++s) store_16B(out + s * HIDDEN, v);
     } else {
-      // One output stream at a time from the packed inputs: a small live set next to the fn
-      // fragments held in registers. Same fma chain as mix_back_vector (same bits as run_post).
       const uint4 xv = buf[NS * kGroup * kChunks + token * kChunks + chunk];
       uint4 r[kStreams];
 #pragma unroll
       for (int s = 0; s < kStreams; ++s) r[s] = buf[sk_mhc_chunk_index(NS, token, s, chunk)];
 #pragma unroll
       for (int j = 0; j < kStreams; ++j) {
-        const float post_j = __ldg(a.prev_post + kStreams * tg + j);
-        float comb_j[kStreams];
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i) comb_j[i] = __ldg(a.prev_comb + kStreams * (kStreams * tg + i) + j);
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          float acc = post_j * bf16_element(xv, e);
-#pragma unroll
-          for (int i = 0; i < kStreams; ++i) acc = fmaf(comb_j[i], bf16_element(r[i], e), acc);
-          v[e] = acc;
-        }
-        const uint4 o = pack_bf16x8_rn(v);
+        const uint4 o = mix_back_stream(a.prev_post, a.prev_comb, tg, j, xv, r);
         buf[sk_mhc_chunk_index(NS, token, j, chunk)] = o;  // r[] holds the inputs: in place is safe
         store_16B(out + j * HIDDEN, o);
       }
@@ -465,6 +486,134 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
                             float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
   const PartialArgs<HIDDEN, kStreams> a{x, residual, prev_post, prev_comb, fn, residual_out, partials};
   partial_body<HIDDEN, kStreams>(a, num_tokens, tokens_per_cta, num_stages);
+}
+
+// ---- 2b. partials for decode (scalar FMA) --------------------------------------------------------------
+//
+// One warp per CTA, CTA (token, tile, role): role blockIdx.z takes mixes 4*role .. 4*role+3 and
+// its Gram pairs over the tile's 256 elements (8 per lane), as fp32 fma chains summed over the
+// warp. For a few tokens this beats the tensor-core kernel: 6*S*T independent CTAs with no shared
+// memory, barriers or fn split, where a 16-token MMA group would be mostly padding. Same partial
+// rows as the tensor-core kernel (other summation order, so other bits); role 0 also stores
+// residual_out. Restored from the kernel the tensor-core one replaced (decode geometry only).
+
+constexpr int kRoles = 6;                       // grid.z of the scalar partial kernels
+constexpr int kMixesPerRole = kMixes / kRoles;  // 4
+
+// Gram pairs of a role: roles 0-3 take two, roles 4-5 one, so the 10 pairs are covered once.
+SK_HOST_DEVICE constexpr int role_gram_pairs(int role) { return role < 4 ? 2 : 1; }
+SK_HOST_DEVICE constexpr int role_first_gram_pair(int role) { return role < 4 ? 2 * role : role + 4; }
+
+// One role's values over the lane's 8 elements (element-major, stream-minor: a fixed order),
+// summed over the warp; lane 0 writes them to the token's partial row. STAGED = 1: the streams
+// are 4 copies of x (run_pre), and role 0's one Gram value (sum x^2) is every Gram entry.
+template <int ROLE, int STAGED>
+SK_DEVICE void reduce_role_values(const float (&w)[kMixesPerRole][STAGED][8], const uint4 (&packed)[STAGED],
+                                  float* __restrict__ partial_row) {
+  constexpr bool kBroadcast = STAGED == 1;
+  constexpr int kGram = kBroadcast ? (ROLE == 0 ? 1 : 0) : role_gram_pairs(ROLE);
+  constexpr int kValues = kMixesPerRole + kGram;
+  float v[kValues];
+#pragma unroll
+  for (int i = 0; i < kValues; ++i) v[i] = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float r[STAGED];
+#pragma unroll
+    for (int s = 0; s < STAGED; ++s) r[s] = bf16_element(packed[s], e);
+#pragma unroll
+    for (int s = 0; s < STAGED; ++s)
+#pragma unroll
+      for (int m = 0; m < kMixesPerRole; ++m) v[m] = fmaf(w[m][s][e], r[s], v[m]);
+#pragma unroll
+    for (int g = 0; g < kGram; ++g) {
+      const int pair = kBroadcast ? 0 : role_first_gram_pair(ROLE) + g;
+      const int a = kBroadcast ? 0 : gram_stream_a(pair), b = kBroadcast ? 0 : gram_stream_b(pair);
+      v[kMixesPerRole + g] = fmaf(r[a], r[b], v[kMixesPerRole + g]);
+    }
+  }
+  warp_sum_each(v);
+  if (threadIdx.x % kWarpSize == 0) {
+#pragma unroll
+    for (int m = 0; m < kMixesPerRole; ++m) partial_row[kMixesPerRole * ROLE + m] = v[m];
+    if (kBroadcast) {
+      if (kGram > 0) {
+#pragma unroll
+        for (int p = 0; p < kGramPairs; ++p) partial_row[kGramSlot0 + p] = v[kValues - 1];
+      }
+    } else {
+#pragma unroll
+      for (int g = 0; g < kGram; ++g) partial_row[kGramSlot0 + role_first_gram_pair(ROLE) + g] = v[kMixesPerRole + g];
+    }
+  }
+}
+
+// The role's fn slice for this lane: w[m][s][e] = fn[4*role + m][s*H + h + e] (fn: [24, STAGED*H]).
+template <int HIDDEN, int STAGED>
+SK_DEVICE void load_role_fn(const float* __restrict__ fn, i64 h, float (&w)[kMixesPerRole][STAGED][8]) {
+  const int role = static_cast<int>(blockIdx.z);
+#pragma unroll
+  for (int m = 0; m < kMixesPerRole; ++m)
+#pragma unroll
+    for (int s = 0; s < STAGED; ++s)
+      load_readonly_f32x8(fn + static_cast<i64>(kMixesPerRole * role + m) * (STAGED * HIDDEN) + s * HIDDEN + h, w[m][s]);
+}
+
+template <int HIDDEN, int STAGED>
+SK_DEVICE void scalar_partial_reduce(const float (&w)[kMixesPerRole][STAGED][8], const uint4 (&packed)[STAGED],
+                                     float* __restrict__ partials) {
+  float* row = partials + (static_cast<i64>(blockIdx.x) * num_tiles(HIDDEN) + blockIdx.y) * kPartialStride;
+  switch (blockIdx.z) {  // roles as template parameters: their Gram pairs index registers statically
+    case 0: reduce_role_values<0>(w, packed, row); break;
+    case 1: reduce_role_values<1>(w, packed, row); break;
+    case 2: reduce_role_values<2>(w, packed, row); break;
+    case 3: reduce_role_values<3>(w, packed, row); break;
+    case 4: reduce_role_values<4>(w, packed, row); break;
+    default: reduce_role_values<5>(w, packed, row); break;
+  }
+}
+
+SK_DEVICE i64 scalar_lane_h() {
+  return static_cast<i64>(blockIdx.y) * kTileH + static_cast<int>(threadIdx.x) * kBf16PerVector;
+}
+
+template <int HIDDEN>
+__global__ void __launch_bounds__(kWarpSize)
+    pre_partial_scalar_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre,
+                              bf16* __restrict__ residual_out, float* __restrict__ partials) {
+  static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
+  const i64 token = blockIdx.x, h = scalar_lane_h();
+  float w[kMixesPerRole][1][8];
+  load_role_fn<HIDDEN, 1>(fn_pre, h, w);
+  const uint4 v[1] = {load_readonly_16B(x + token * HIDDEN + h)};
+  if (blockIdx.z == 0) {
+#pragma unroll
+    for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, v[0]);
+  }
+  scalar_partial_reduce<HIDDEN, 1>(w, v, partials);
+}
+
+template <int HIDDEN>
+__global__ void __launch_bounds__(kWarpSize)
+    post_pre_partial_scalar_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
+                                   const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
+                                   const float* __restrict__ fn, bf16* __restrict__ residual_out,
+                                   float* __restrict__ partials) {
+  static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
+  const i64 token = blockIdx.x, h = scalar_lane_h();
+  float w[kMixesPerRole][kStreams][8];
+  load_role_fn<HIDDEN, kStreams>(fn, h, w);
+  const uint4 xv = load_readonly_16B(x + token * HIDDEN + h);
+  uint4 r[kStreams], mixed[kStreams];
+#pragma unroll
+  for (int s = 0; s < kStreams; ++s) r[s] = load_readonly_16B(residual + (token * kStreams + s) * HIDDEN + h);
+#pragma unroll
+  for (int j = 0; j < kStreams; ++j) mixed[j] = mix_back_stream(prev_post, prev_comb, token, j, xv, r);
+  if (blockIdx.z == 0) {
+#pragma unroll
+    for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, mixed[s]);
+  }
+  scalar_partial_reduce<HIDDEN, kStreams>(w, mixed, partials);
 }
 
 // ---- 3. finalize ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 /* norm.mhc on a GPU against the double-precision reference (tests/ref/mhc.h), stage by stage,
- * with the tolerances of docs/ops/norm.mhc.md; poisoned outputs; graph replay after a freeze is
- * bit-identical to eager. */
+ * with the tolerances of docs/ops/norm.mhc.md; poisoned outputs; both partial variants (scalar
+ * for T <= 8 by default, tensor cores above; each also forced onto the other side through
+ * SPARKINFER_MHC_SCALAR_MAX_T); graph replay after a freeze is bit-identical to eager on both. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,7 @@ Test(gpu_mhc, matches_reference_over_hidden_tokens_and_weights, .init = setup, .
   uint64_t seed = skref_test_seed("gpu mhc");
   skref_rng r;
   skref_rng_seed(&r, seed);
+  /* T 1, 3: scalar partials (default crossover 8); the rest: tensor cores. */
   const int hs[] = {256, 2048, 4096, 7168}, ts[] = {1, 3, 16, 17, 31, 33, 130};
   int n = 0;
   for (size_t a = 0; a < 4; a++)
@@ -195,11 +197,31 @@ Test(gpu_mhc, matches_reference_over_hidden_tokens_and_weights, .init = setup, .
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 
+/* Each partial variant on the other side of the crossover: tensor cores for decode, the scalar
+ * kernels for 16-token groups and a prefill-sized T (the environment is read at plan time). */
+Test(gpu_mhc, forced_partial_variant_matches_reference, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mhc forced");
+  skref_rng r;
+  skref_rng_seed(&r, seed);
+  const int hs[] = {256, 4096, 7168};
+  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "0", 1);
+  const int tc_ts[] = {1, 3, 8};
+  for (size_t a = 0; a < 3; a++)
+    for (size_t b = 0; b < 3; b++) run_config(hs[a], tc_ts[b], (sk_mhc_norm_weight)((a + b) % 3), &r, seed);
+  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "1M", 1);
+  const int scalar_ts[] = {9, 17, 130};
+  for (size_t a = 0; a < 3; a++)
+    for (size_t b = 0; b < 3; b++) run_config(hs[a], scalar_ts[b], (sk_mhc_norm_weight)((a + b + 1) % 3), &r, seed);
+  run_config(2048, 4133, SK_MHC_NORM_FP32, &r, seed);
+  unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
 Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = teardown) {
   uint64_t seed = skref_test_seed("gpu mhc graph");
   skref_rng r;
   skref_rng_seed(&r, seed);
-  const int h = 4096, t = 5;
+  const int h = 4096;
   sk_mhc_caps caps = {h, 64, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
   sk_mhc_plan *plan;
   SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
@@ -208,56 +230,66 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   cold.hidden = 3072;
   sk_mhc_plan *cp;
   cr_assert_eq(sk_mhc_plan_create(&cold, &cp), SK_ERR_KERNEL_RESOLUTION_FROZEN);
-  const size_t th = (size_t)t * h, t4h = 4 * th;
-  uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
-  float *pp = malloc(t * 16), *pc = malloc(t * 64), *fn = malloc((size_t)96 * h * 4), sc[3] = {1, 1, 1}, ba[24];
-  fill_bf16(&r, x, th, 1);
-  fill_bf16(&r, res, t4h, 1);
-  fill_bf16(&r, w, (size_t)h, 1);
-  fill_f32(&r, pp, (size_t)t * 4, 0.1, 1.9);
-  fill_f32(&r, pc, (size_t)t * 16, 0, 0.5);
-  fill_f32(&r, fn, (size_t)96 * h, -0.01, 0.01);
-  fill_f32(&r, ba, 24, -0.5, 0.5);
-  void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dw = upload(w, (size_t)h * 2), *dpp = upload(pp, t * 16),
-       *dpc = upload(pc, t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dsc = upload(sc, 12), *dba = upload(ba, 96);
-  const size_t out_bytes = t4h * 2 + th * 2 + t * 16 + t * 64;
-  void *dout = poisoned(out_bytes), *scratch;
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
+  void *scratch;
   CUDA_OK(cudaMalloc(&scratch, spec.bytes));
-  int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h}, s_3[1] = {3},
-          s_24[1] = {24}, s_w[1] = {h};
-  char *o = dout;
-  DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
-           tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tsc = tu_device_tensor(dsc, F32, 1, s_3),
-           tba = tu_device_tensor(dba, F32, 1, s_24), tw = tu_device_tensor(dw, BF, 1, s_w), tro = tu_device_tensor(o, BF, 3, s_r),
-           ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x), tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
-           tco = tu_device_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
-  sk_binding b;
-  SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
-                                     spec.bytes, &b));
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
-  CUDA_OK(cudaStreamSynchronize(s));
-  uint8_t *eager = download(dout, out_bytes);
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
-  CUDA_OK(cudaStreamEndCapture(s, &g));
-  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-  for (int rep = 0; rep < 3; rep++) {
-    CUDA_OK(cudaMemsetAsync(dout, 0xff, out_bytes, s));
-    CUDA_OK(cudaGraphLaunch(ge, s));
+  /* One plan, both partial variants (resolved before the freeze): T 5 scalar, T 40 tensor cores. */
+  const int ts[] = {5, 40};
+  for (size_t k = 0; k < 2; k++) {
+    const int t = ts[k];
+    const size_t th = (size_t)t * h, t4h = 4 * th;
+    uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
+    float *pp = malloc(t * 16), *pc = malloc(t * 64), *fn = malloc((size_t)96 * h * 4), sc[3] = {1, 1, 1}, ba[24];
+    fill_bf16(&r, x, th, 1);
+    fill_bf16(&r, res, t4h, 1);
+    fill_bf16(&r, w, (size_t)h, 1);
+    fill_f32(&r, pp, (size_t)t * 4, 0.1, 1.9);
+    fill_f32(&r, pc, (size_t)t * 16, 0, 0.5);
+    fill_f32(&r, fn, (size_t)96 * h, -0.01, 0.01);
+    fill_f32(&r, ba, 24, -0.5, 0.5);
+    void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dw = upload(w, (size_t)h * 2), *dpp = upload(pp, t * 16),
+         *dpc = upload(pc, t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dsc = upload(sc, 12), *dba = upload(ba, 96);
+    const size_t out_bytes = t4h * 2 + th * 2 + t * 16 + t * 64;
+    void *dout = poisoned(out_bytes);
+    int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h}, s_3[1] = {3},
+            s_24[1] = {24}, s_w[1] = {h};
+    char *o = dout;
+    DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
+             tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tsc = tu_device_tensor(dsc, F32, 1, s_3),
+             tba = tu_device_tensor(dba, F32, 1, s_24), tw = tu_device_tensor(dw, BF, 1, s_w), tro = tu_device_tensor(o, BF, 3, s_r),
+             ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x), tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
+             tco = tu_device_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
+    sk_binding b;
+    SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
+                                       spec.bytes, &b));
+    SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
     CUDA_OK(cudaStreamSynchronize(s));
-    uint8_t *rp = download(dout, out_bytes);
-    cr_assert_eq(memcmp(rp, eager, out_bytes), 0, "seed %llu: replay %d differs from eager", (unsigned long long)seed, rep);
-    free(rp);
+    uint8_t *eager = download(dout, out_bytes);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
+    CUDA_OK(cudaStreamEndCapture(s, &g));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 3; rep++) {
+      CUDA_OK(cudaMemsetAsync(dout, 0xff, out_bytes, s));
+      CUDA_OK(cudaGraphLaunch(ge, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      uint8_t *rp = download(dout, out_bytes);
+      cr_assert_eq(memcmp(rp, eager, out_bytes), 0, "seed %llu T=%d: replay %d differs from eager", (unsigned long long)seed,
+                   t, rep);
+      free(rp);
+    }
+    CUDA_OK(cudaGraphExecDestroy(ge));
+    CUDA_OK(cudaGraphDestroy(g));
+    void *bufs[] = {dx, dres, dw, dpp, dpc, dfn, dsc, dba, dout};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CUDA_OK(cudaFree(bufs[i]));
+    free(eager); free(x); free(res); free(w); free(pp); free(pc); free(fn);
   }
-  CUDA_OK(cudaGraphExecDestroy(ge));
-  CUDA_OK(cudaGraphDestroy(g));
   CUDA_OK(cudaStreamDestroy(s));
-  free(eager); free(x); free(res); free(w); free(pp); free(pc); free(fn);
+  CUDA_OK(cudaFree(scratch));
   sk_mhc_plan_destroy(plan);
 }

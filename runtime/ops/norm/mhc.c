@@ -23,8 +23,24 @@
 #define PRE_STAGE_BYTES (1 * GROUP * 32 * 16)
 #define POST_PRE_STAGE_BYTES (5 * GROUP * 32 * 16)
 #define MAX_STAGES 4
+/* Decode partial kernels (scalar FMA): one warp per (token, tile, role), 6 roles of 4 mixes. */
+#define SCALAR_ROLES 6
+#define SCALAR_THREADS 32
+/* Largest T that takes the scalar partials: on the H200 they beat the tensor-core ones at T = 1
+ * (post_pre 7.1 vs 12.3 us), tie at T = 16 and lose at T = 128. */
+#define DEFAULT_SCALAR_MAX_T 8
+#define MAX_SCALAR_MAX_T 2147483647ull
 
-enum { K_POST, K_PRE_PARTIAL, K_PRE_FINALIZE, K_POST_PRE_PARTIAL, K_POST_PRE_FINALIZE, K_COUNT };
+enum {
+  K_POST,
+  K_PRE_PARTIAL,
+  K_PRE_FINALIZE,
+  K_POST_PRE_PARTIAL,
+  K_POST_PRE_FINALIZE,
+  K_PRE_PARTIAL_SCALAR,
+  K_POST_PRE_PARTIAL_SCALAR,
+  K_COUNT
+};
 enum { ENTRY_POST = 1, ENTRY_PRE = 2, ENTRY_POST_PRE = 3 };
 
 struct sk_mhc_plan {
@@ -35,11 +51,13 @@ struct sk_mhc_plan {
   int sm_count;
   int stages;          /* cp.async stage buffers of the partial kernels */
   int tokens_per_cta;  /* 0: the cost model in geometry(); else SPARKINFER_MHC_TOKENS_PER_CTA */
+  int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
 };
 
 /* Stage buffers: 3 where a block may take >= 120 KiB of shared memory (sm_80, sm_90, sm_100),
- * 2 elsewhere (sm_86/89/120/121: 99 KiB per block). SPARKINFER_MHC_STAGES (2..4) overrides. */
-static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta) {
+ * 2 elsewhere (sm_86/89/120/121: 99 KiB per block). SPARKINFER_MHC_STAGES (2..4) overrides.
+ * Read at plan time, like the crossover to the scalar partials: run never consults the environment. */
+static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t) {
   const int n = sk_arch_number(arch);
   uint64_t v;
   SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", (n == 80 || n == 90 || n == 100) ? 3 : 2, &v));
@@ -51,13 +69,18 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_TOKENS_PER_CTA=%llu: expected a multiple of %d up to %d",
                         (unsigned long long)v, GROUP, MAX_TOKENS_PER_CTA);
   *tokens_per_cta = (int)v;
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_SCALAR_MAX_T", DEFAULT_SCALAR_MAX_T, &v));
+  if (v > MAX_SCALAR_MAX_T)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_SCALAR_MAX_T=%llu: expected 0 (never) .. %llu tokens",
+                        (unsigned long long)v, MAX_SCALAR_MAX_T);
+  *scalar_max_t = (int64_t)v;
   return SK_OK;
 }
 
 /* The post_pre partial kernel needs more than the default 48 KiB of dynamic shared memory. */
 static sk_status allow_partial_smem(sk_kernel *k, unsigned bytes) {
   void *fn = NULL;
-  if (bytes <= 48 * 1024) return SK_OK;
+  if (!k || bytes <= 48 * 1024) return SK_OK; /* not resolved: this plan never launches it */
   sk_kernel_get_info(k, &fn, NULL, NULL);
   if (!fn) return SK_OK; /* offline (no GPU): nothing to set; launching would report it */
   return sk_kernel_set_max_dynamic_shared(k, bytes);
@@ -100,6 +123,8 @@ static void kernel_names(const sk_mhc_caps *c, char names[K_COUNT][128], char pa
   snprintf(names[K_PRE_FINALIZE], 128, "sk::mhc::pre_finalize_kernel<%lld, %s>", h, w);
   snprintf(names[K_POST_PRE_PARTIAL], 128, "sk::mhc::post_pre_partial_kernel<%lld>", h);
   snprintf(names[K_POST_PRE_FINALIZE], 128, "sk::mhc::post_pre_finalize_kernel<%lld, %s>", h, w);
+  snprintf(names[K_PRE_PARTIAL_SCALAR], 128, "sk::mhc::pre_partial_scalar_kernel<%lld>", h);
+  snprintf(names[K_POST_PRE_PARTIAL_SCALAR], 128, "sk::mhc::post_pre_partial_scalar_kernel<%lld>", h);
   static const char *const nw[] = {"none", "bf16", "fp32"};
   snprintf(params, 96, "hidden=%lld norm_weight=%s", h, nw[c->norm_weight]);
 }
@@ -112,6 +137,14 @@ static cJSON *caps_json(const sk_mhc_caps *c) {
   cJSON_AddNumberToObject(j, "max_tokens", (double)c->max_tokens);
   cJSON_AddStringToObject(j, "norm_weight", nw[c->norm_weight]);
   return j;
+}
+
+/* Kernels a plan can launch: a partial variant whose T range [1, max_tokens] misses is skipped
+ * (e.g. the tensor-core partials of a decode-only plan), saving its compilation. */
+static bool plan_uses(const sk_mhc_plan *p, int k) {
+  if (k == K_PRE_PARTIAL_SCALAR || k == K_POST_PRE_PARTIAL_SCALAR) return p->scalar_max_t > 0;
+  if (k == K_PRE_PARTIAL || k == K_POST_PRE_PARTIAL) return p->caps.max_tokens > p->scalar_max_t;
+  return true;
 }
 
 SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) {
@@ -128,8 +161,9 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
   char names[K_COUNT][128], params[96];
   kernel_names(&p->caps, names, params);
-  if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta);
-  for (int i = 0; s == SK_OK && i < K_COUNT; i++) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
+  if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t);
+  for (int i = 0; s == SK_OK && i < K_COUNT; i++)
+    if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
   if (s == SK_OK) s = allow_partial_smem(p->k[K_POST_PRE_PARTIAL], (unsigned)p->stages * POST_PRE_STAGE_BYTES);
   if (s == SK_OK) s = allow_partial_smem(p->k[K_PRE_PARTIAL], (unsigned)p->stages * PRE_STAGE_BYTES);
   if (s == SK_OK &&
@@ -158,7 +192,8 @@ SK_API void sk_mhc_plan_destroy(sk_mhc_plan *p) { free(p); }
 
 /* Binding layout. ptr: 0 x, 1 residual, 2 post(in), 3 comb(in), 4 fn, 5 residual_out/out,
  * 6 partials, 7 hc_scale, 8 hc_base, 9 norm_weight, 10 y, 11 post(out), 12 comb(out).
- * dim: 0 entry, 1 T, 2 partial stage buffers, 3 tokens per partial CTA, 4 hidden per finalize CTA. */
+ * dim: 0 entry, 1 T, 2 partial stage buffers, 3 tokens per partial CTA (both for the tensor-core
+ * partials; run takes the scalar ones when T <= the plan's crossover), 4 hidden per finalize CTA. */
 #define BF16_T SK_DL_BF16
 #define F32_T SK_DL_FP32
 
@@ -309,23 +344,30 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
   int tpc = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters, stages = (int)b->dim[2];
   float rms_eps = p->caps.rms_eps, hc_eps = p->caps.hc_eps, norm_eps = p->caps.norm_eps;
   const int pre = b->dim[0] == ENTRY_PRE;
-  const sk_dim3 pgrid = {(unsigned)sk_cdiv(t, tpc), s, 1},
-                pblock = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
-  const unsigned psmem = (unsigned)stages * (pre ? PRE_STAGE_BYTES : POST_PRE_STAGE_BYTES);
+  if (t <= p->scalar_max_t) { /* decode: scalar partials, one warp per (token, tile, role) */
+    const sk_dim3 grid = {(unsigned)t, s, SCALAR_ROLES}, block = {SCALAR_THREADS, 1, 1};
+    void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6]};
+    void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
+                             (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6]};
+    SK_TRY(sk_kernel_launch(p->k[pre ? K_PRE_PARTIAL_SCALAR : K_POST_PRE_PARTIAL_SCALAR], grid, block, 0, stream,
+                            pre ? pre_args : post_pre_args));
+  } else {
+    const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
+                  block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
+    const unsigned smem = (unsigned)stages * (pre ? PRE_STAGE_BYTES : POST_PRE_STAGE_BYTES);
+    void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
+    void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
+                             (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
+    SK_TRY(sk_kernel_launch(p->k[pre ? K_PRE_PARTIAL : K_POST_PRE_PARTIAL], grid, block, smem, stream,
+                            pre ? pre_args : post_pre_args));
+  }
+  /* Both partial variants leave the same rows: one finalize. It reads the streams: x for pre
+   * (4 copies), residual_out for post_pre. */
   const sk_dim3 fgrid = {(unsigned)t, (unsigned)(p->caps.hidden / hpc), 1}, fblock = {FINALIZE_THREADS, 1, 1};
-  /* The finalize reads the streams: x for pre (4 copies), residual_out for post_pre. */
   void *fin_args[] = {pre ? (void *)&ptr[0] : (void *)&ptr[5],
                       (void *)&ptr[6], (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9], (void *)&ptr[10],
                       (void *)&ptr[11], (void *)&ptr[12], &t, &hpc, &iters, &rms_eps, &hc_eps, &norm_eps};
-  if (pre) {
-    void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
-    SK_TRY(sk_kernel_launch(p->k[K_PRE_PARTIAL], pgrid, pblock, psmem, stream, args));
-    return sk_kernel_launch(p->k[K_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
-  }
-  void *args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
-                  (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
-  SK_TRY(sk_kernel_launch(p->k[K_POST_PRE_PARTIAL], pgrid, pblock, psmem, stream, args));
-  return sk_kernel_launch(p->k[K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
+  return sk_kernel_launch(p->k[pre ? K_PRE_FINALIZE : K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
 }
 
 /* ---- registry and manifests --------------------------------------------------------------- */
