@@ -210,9 +210,22 @@ constexpr int kGramUnits = 16;         // (token quad, hidden quarter) per group
 constexpr int kPartialSlots = kMixes + kGramPairs;  // 34 written per row
 constexpr int kMaxStages = 4;
 
-// Dynamic shared memory of one stage buffer: the stream region (NS x 16 tokens x 512 B; reused
-// for the warps' projection sums once consumed), then x (post_pre only, 16 x 512 B).
-SK_HOST_DEVICE constexpr int partial_stage_bytes(int ns) { return (ns + (ns > 1 ? 1 : 0)) * kGroup * kChunks * 16; }
+constexpr int kCoefs = kStreams + kStreams * kStreams;  // post_pre: prev_post[4], prev_comb[16] per token
+
+// Dynamic shared memory of one stage buffer: the stream region (NS x 16 tokens x 512 B; with 2
+// stages reused for the warps' projection sums once consumed), then (post_pre only) x (16 x 512 B)
+// and the mix-back coefficients (16 x 80 B, prefetched with the data so the mix-back never waits
+// on an L2 round trip).
+SK_HOST_DEVICE constexpr int partial_stage_bytes(int ns) {
+  return (ns + (ns > 1 ? 1 : 0)) * kGroup * kChunks * 16 + (ns > 1 ? kGroup * kCoefs * 4 : 0);
+}
+// Projection sums of one group, [warp][token][mix] fp32.
+SK_HOST_DEVICE constexpr int partial_sums_bytes(int ns) { return 4 * ns * kGroup * kMixes * 4; }
+// Whole dynamic shared memory: 2 stages run the lockstep loop (sums in the consumed stream
+// region); 3-4 the pipelined loop, which adds two sums buffers (double-buffered across groups).
+SK_HOST_DEVICE constexpr int partial_smem_bytes(int ns, int stages) {
+  return stages * partial_stage_bytes(ns) + (stages >= 3 ? 2 * partial_sums_bytes(ns) : 0);
+}
 
 // fn = hi + mid + lo with each term a bf16 (round to nearest): f - hi and (f - hi) - mid are
 // exact in fp32 and the last remainder has at most 8 significant bits, so the sum is exactly f
@@ -264,6 +277,18 @@ SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i
     }
     cp_async_16(dst, src, valid ? 16 : 0);
   }
+  if (NS > 1) {  // coefficients: per token post (1 chunk) then the 4 rows of comb (4 chunks)
+    constexpr int kCoefChunks = kCoefs / 4;
+    const int u = static_cast<int>(threadIdx.x);
+    if (u < kGroup * kCoefChunks) {
+      const int token = u / kCoefChunks, c = u % kCoefChunks;
+      const i64 tg = group_first + token;
+      const bool valid = tg < end;
+      const i64 t = valid ? tg : 0;
+      const float* src = c == 0 ? a.prev_post + kStreams * t : a.prev_comb + kStreams * (kStreams * t + (c - 1));
+      cp_async_16(buf + (NS + 1) * kGroup * kChunks + u, src, valid ? 16 : 0);
+    }
+  }
 }
 
 // bf16 element e of a packed 16-byte vector, widened exactly to fp32.
@@ -272,15 +297,11 @@ SK_DEVICE float bf16_element(const uint4& v, int e) {
   return __uint_as_float((e & 1) ? (word & 0xffff0000u) : (word << 16));
 }
 
-// Output stream j of one 8-element chunk of token `token`, mixed back from the packed inputs:
-// the fma chain of mix_back_vector (same bits as run_post). One output stream at a time keeps
-// the live set small next to the fn values both partial kernels hold in registers.
-SK_DEVICE uint4 mix_back_stream(const float* __restrict__ prev_post, const float* __restrict__ prev_comb, i64 token,
-                                int j, const uint4& xv, const uint4 (&r)[kStreams]) {
-  const float post_j = __ldg(prev_post + kStreams * token + j);
-  float comb_j[kStreams];
-#pragma unroll
-  for (int i = 0; i < kStreams; ++i) comb_j[i] = __ldg(prev_comb + kStreams * (kStreams * token + i) + j);
+// Output stream j of one 8-element chunk, mixed back from the packed inputs with post_j and
+// column j of comb: the fma chain of mix_back_vector (same bits as run_post). One output stream
+// at a time keeps the live set small next to the fn values both partial kernels hold in registers.
+SK_DEVICE uint4 mix_back_stream(float post_j, const float (&comb_j)[kStreams], const uint4& xv,
+                                const uint4 (&r)[kStreams]) {
   float v[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
@@ -309,12 +330,16 @@ SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 gro
       for (int s = 0; s < kStreams; ++s) store_16B(out + s * HIDDEN, v);
     } else {
       const uint4 xv = buf[NS * kGroup * kChunks + token * kChunks + chunk];
+      const float* coef = reinterpret_cast<const float*>(buf + (NS + 1) * kGroup * kChunks) + token * kCoefs;
       uint4 r[kStreams];
 #pragma unroll
       for (int s = 0; s < kStreams; ++s) r[s] = buf[sk_mhc_chunk_index(NS, token, s, chunk)];
 #pragma unroll
       for (int j = 0; j < kStreams; ++j) {
-        const uint4 o = mix_back_stream(a.prev_post, a.prev_comb, tg, j, xv, r);
+        float comb_j[kStreams];
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i) comb_j[i] = coef[kStreams + kStreams * i + j];
+        const uint4 o = mix_back_stream(coef[j], comb_j, xv, r);
         buf[sk_mhc_chunk_index(NS, token, j, chunk)] = o;  // r[] holds the inputs: in place is safe
         store_16B(out + j * HIDDEN, o);
       }
@@ -328,16 +353,112 @@ SK_DEVICE void cp_async_wait_pending(int n_pending) {  // wait_group takes an im
   else cp_async_wait<2>();
 }
 
+typedef float GramSums[4][kGroup][kGramPairs];  // [quarter][token][pair]
+typedef u32 FnFragments[kFnTerms][kWarpKSteps][kNTiles][2];
+
+// Gram units of one group (u = warp, warp + kWarps, ...: token quad u / 4, hidden quarter u % 4),
+// written straight to `gram`.
+template <int NS>
+SK_DEVICE void group_gram(const uint4* buf, GramSums& gram_sums, int warp, int lane) {
+  constexpr int kWarps = 4 * NS;
+#pragma unroll 1
+  for (int unit = warp; unit < kGramUnits; unit += kWarps) {
+    const int quad = unit / 4, gq = unit % 4;
+    float gram[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < kWarpKSteps; ++ks) {
+      const int ar = sk_mhc_a_row(lane);
+      u32 afrag[4];
+      ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, 4 * quad + ar / 4, sk_mhc_gram_stream(NS, ar),
+                                                  sk_mhc_a_chunk(gq, ks, lane)));
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int br = sk_mhc_gram_b_row(lane);
+        u32 bfrag[2];
+        ldmatrix_x2(bfrag, buf + sk_mhc_chunk_index(NS, 4 * quad + 2 * j + br / 4, sk_mhc_gram_stream(NS, br),
+                                                    sk_mhc_gram_b_chunk(gq, ks, lane)));
+        mma_bf16_m16n8k16(gram[j], afrag, bfrag);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int ga = sk_mhc_gram_a(lane), gb = sk_mhc_gram_b(i, lane);
+        if (sk_mhc_gram_useful(j, i, lane) && ga <= gb)
+          gram_sums[gq][4 * quad + sk_mhc_gram_token(j, lane)][sk_mhc_gram_pair(ga, gb)] = gram[j][i];
+      }
+  }
+}
+
+// Projection of this warp's 64-element slice of stream `stream` for the group's 16 tokens.
+template <int NS>
+SK_DEVICE void group_projection(const uint4* buf, const FnFragments& b, int stream, int quarter, int lane,
+                                float (&acc)[kNTiles][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < kWarpKSteps; ++ks) {
+    u32 afrag[4];
+    ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, sk_mhc_a_row(lane), stream, sk_mhc_a_chunk(quarter, ks, lane)));
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int term = 0; term < kFnTerms; ++term) mma_bf16_m16n8k16(acc[nt], afrag, b[term][ks][nt]);
+  }
+}
+
+SK_DEVICE void store_projection(float* proj_sums, const float (&acc)[kNTiles][4], int warp, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; i += 2)
+      *reinterpret_cast<float2*>(proj_sums + (warp * kGroup + sk_mhc_c_token(i, lane)) * kMixes +
+                                 sk_mhc_c_mix(nt, i, lane)) = make_float2(acc[nt][i], acc[nt][i + 1]);
+}
+
+// One thread per (token, slot): warps (quarters) summed in index order, then the partial row.
+template <int HIDDEN, int NS>
+SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, const float* proj_sums, const GramSums& gram_sums,
+                            i64 group_first, i64 end, int tile) {
+  constexpr int kWarps = 4 * NS;
+  for (int u = static_cast<int>(threadIdx.x); u < kGroup * kPartialSlots; u += static_cast<int>(blockDim.x)) {
+    const int token = u / kPartialSlots, slot = u % kPartialSlots;
+    const i64 tg = group_first + token;
+    if (tg >= end) continue;
+    float sum;
+    if (slot < kMixes) {
+      sum = proj_sums[token * kMixes + slot];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) sum += proj_sums[(w * kGroup + token) * kMixes + slot];
+    } else {
+      const int pair = slot - kMixes;
+      sum = ((gram_sums[0][token][pair] + gram_sums[1][token][pair]) + gram_sums[2][token][pair]) +
+            gram_sums[3][token][pair];
+    }
+    a.partials[(tg * num_tiles(HIDDEN) + tile) * kPartialStride + slot] = sum;
+  }
+}
+
+// Two schedules of the same per-group work (same bits: every warp runs the same MMAs and the
+// reduction the same order; only the overlap differs):
+//   2 stages, lockstep (fits 99 KiB): per group wait -> stage -> MMA -> sums -> reduce, four
+//     barriers, sums in the consumed stream region.
+//   3-4 stages, pipelined: iteration i runs reduce(i-1), stage(i+1) and MMA(i) between ONE pair
+//     of barriers; half the warps of every scheduler partition (warp / 4 odd) take MMA(i) first,
+//     the other half stage(i+1) first, so the tensor pipe (MMA) and the FMA pipe (mix-back)
+//     work at the same time. Sums go to two dedicated buffers (group parity); loads are issued
+//     into the buffer MMA(i-1) released, stages - 2 groups ahead of the mix-back.
 template <int HIDDEN, int NS>
 SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, int tokens_per_cta, int num_stages) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
   static_assert(kMaxStages - 2 <= 2, "cp_async_wait_pending covers up to 2 pending groups");
-  constexpr int kTiles = num_tiles(HIDDEN);
-  constexpr int kWarps = 4 * NS;
   constexpr int kStageU4 = partial_stage_bytes(NS) / 16;
-  static_assert(kWarps * kGroup * kMixes * 4 <= NS * kGroup * kChunks * 16, "projection sums fit the stream region");
+  static_assert(4 * NS * kGroup * kMixes * 4 <= NS * kGroup * kChunks * 16, "projection sums fit the stream region");
   extern __shared__ uint4 stage_smem[];
-  __shared__ float gram_sums[4][kGroup][kGramPairs];  // [quarter][token][pair]
+  __shared__ GramSums gram_sums[2];  // [group parity] (the lockstep loop uses [0])
 
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -347,17 +468,19 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   const i64 first = static_cast<i64>(blockIdx.x) * tokens_per_cta;
   const i64 end = min_i64(first + tokens_per_cta, num_tokens);
   const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
+  auto group_buf = [&](int g) { return stage_smem + (g % stages) * kStageU4; };
+  auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
 
   // Prologue: the first stages - 1 groups in flight (one commit per slot, empty or not, so the
   // group count that wait_group sees is uniform).
   for (int p = 0; p < stages - 1; ++p) {
-    if (p < groups) issue_group_loads(a, stage_smem + p * kStageU4, first + p * kGroup, end, tile);
+    if (p < groups) issue_group_loads(a, group_buf(p), group_first(p), end, tile);
     cp_async_commit();
   }
 
   // fn slice of this warp, split into 3 bf16 terms, for every token of the CTA:
   // b[term][ks][nt][half] = the pair fn[mix][col], fn[mix][col + 1] of sk_mhc_b_col / sk_mhc_b_mix.
-  u32 b[kFnTerms][kWarpKSteps][kNTiles][2];
+  FnFragments b;
   {
     const float* fn_warp = a.fn + static_cast<i64>(stream) * HIDDEN + static_cast<i64>(tile) * kTileH;
 #pragma unroll
@@ -377,95 +500,53 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
         }
   }
 
-  for (int grp = 0; grp < groups; ++grp) {
-    uint4* buf = stage_smem + (grp % stages) * kStageU4;
-    const i64 group_first = first + static_cast<i64>(grp) * kGroup;
-    cp_async_wait_pending(stages - 2);
-    __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
-    {
-      const int next = grp + stages - 1;  // into the buffer the previous iteration released
-      if (next < groups)
-        issue_group_loads(a, stage_smem + (next % stages) * kStageU4, first + static_cast<i64>(next) * kGroup, end, tile);
+  float acc[kNTiles][4];
+  if (stages == 2) {
+    for (int grp = 0; grp < groups; ++grp) {
+      uint4* buf = group_buf(grp);
+      cp_async_wait<0>();
+      __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
+      if (grp + 1 < groups) issue_group_loads(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
+      stage_group(a, buf, group_first(grp), end, tile);
+      __syncthreads();
+      group_gram<NS>(buf, gram_sums[0], warp, lane);  // not aliased: its readers passed the first barrier
+      group_projection<NS>(buf, b, stream, quarter, lane, acc);
+      __syncthreads();  // every warp is done reading the stream region: reuse it for the sums
+      store_projection(reinterpret_cast<float*>(buf), acc, warp, lane);
+      __syncthreads();
+      reduce_group(a, reinterpret_cast<const float*>(buf), gram_sums[0], group_first(grp), end, tile);
     }
-    stage_group(a, buf, group_first, end, tile);
-    __syncthreads();
-
-    // Gram units u = warp, warp + kWarps, ...: token quad u / 4, hidden quarter u % 4. Written
-    // straight to gram_sums (not aliased with the stage buffer; its last readers passed the
-    // barrier at the top of this iteration).
-#pragma unroll 1
-    for (int unit = warp; unit < kGramUnits; unit += kWarps) {
-      const int quad = unit / 4, gq = unit % 4;
-      float gram[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-      for (int ks = 0; ks < kWarpKSteps; ++ks) {
-        const int ar = sk_mhc_a_row(lane);
-        u32 afrag[4];
-        ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, 4 * quad + ar / 4, sk_mhc_gram_stream(NS, ar),
-                                                    sk_mhc_a_chunk(gq, ks, lane)));
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int br = sk_mhc_gram_b_row(lane);
-          u32 bfrag[2];
-          ldmatrix_x2(bfrag, buf + sk_mhc_chunk_index(NS, 4 * quad + 2 * j + br / 4, sk_mhc_gram_stream(NS, br),
-                                                      sk_mhc_gram_b_chunk(gq, ks, lane)));
-          mma_bf16_m16n8k16(gram[j], afrag, bfrag);
+  } else {
+    float* const sums = reinterpret_cast<float*>(stage_smem + stages * kStageU4);  // [parity][warp][token][mix]
+    constexpr int kSumsFloats = partial_sums_bytes(NS) / 4;
+    const bool mma_first = (warp / 4) % 2 == 1;
+    cp_async_wait_pending(stages - 2);
+    __syncthreads();  // group 0 visible
+    stage_group(a, group_buf(0), group_first(0), end, tile);
+    cp_async_wait_pending(stages - 3);
+    __syncthreads();  // group 0 staged, group 1 visible
+    for (int grp = 0; grp < groups; ++grp) {
+      const int next = grp + stages - 1;  // into the buffer MMA(grp - 1) released
+      if (next < groups) issue_group_loads(a, group_buf(next), group_first(next), end, tile);
+      cp_async_commit();
+      if (grp > 0)
+        reduce_group(a, sums + ((grp - 1) % 2) * kSumsFloats, gram_sums[(grp - 1) % 2], group_first(grp - 1), end, tile);
+      for (int step = 0; step < 2; ++step) {
+        if ((step == 0) == mma_first) {
+          group_gram<NS>(group_buf(grp), gram_sums[grp % 2], warp, lane);
+          group_projection<NS>(group_buf(grp), b, stream, quarter, lane, acc);
+          store_projection(sums + (grp % 2) * kSumsFloats, acc, warp, lane);
+        } else if (grp + 1 < groups) {
+          stage_group(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
         }
       }
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int ga = sk_mhc_gram_a(lane), gb = sk_mhc_gram_b(i, lane);
-          if (sk_mhc_gram_useful(j, i, lane) && ga <= gb)
-            gram_sums[gq][4 * quad + sk_mhc_gram_token(j, lane)][sk_mhc_gram_pair(ga, gb)] = gram[j][i];
-        }
+      cp_async_wait_pending(stages - 3);  // group grp + 2 landed
+      __syncthreads();
     }
-
-    // Projection: this warp's 64-element slice of stream `stream` for the 16 tokens.
-    float acc[kNTiles][4];
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kWarpKSteps; ++ks) {
-      u32 afrag[4];
-      ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, sk_mhc_a_row(lane), stream, sk_mhc_a_chunk(quarter, ks, lane)));
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int term = 0; term < kFnTerms; ++term) mma_bf16_m16n8k16(acc[nt], afrag, b[term][ks][nt]);
-    }
-    __syncthreads();  // every warp is done reading the stream region: reuse it for the sums
-
-    float* proj_sums = reinterpret_cast<float*>(buf);  // [warp][token][mix]
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; i += 2)
-        *reinterpret_cast<float2*>(proj_sums + (warp * kGroup + sk_mhc_c_token(i, lane)) * kMixes +
-                                   sk_mhc_c_mix(nt, i, lane)) = make_float2(acc[nt][i], acc[nt][i + 1]);
-    __syncthreads();
-
-    // One thread per (token, slot): warps (quarters) summed in index order.
-    for (int u = static_cast<int>(threadIdx.x); u < kGroup * kPartialSlots; u += static_cast<int>(blockDim.x)) {
-      const int token = u / kPartialSlots, slot = u % kPartialSlots;
-      const i64 tg = group_first + token;
-      if (tg >= end) continue;
-      float sum;
-      if (slot < kMixes) {
-        sum = proj_sums[token * kMixes + slot];
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) sum += proj_sums[(w * kGroup + token) * kMixes + slot];
-      } else {
-        const int pair = slot - kMixes;
-        sum = ((gram_sums[0][token][pair] + gram_sums[1][token][pair]) + gram_sums[2][token][pair]) +
-              gram_sums[3][token][pair];
-      }
-      a.partials[(tg * kTiles + tile) * kPartialStride + slot] = sum;
-    }
+    if (groups > 0)
+      reduce_group(a, sums + ((groups - 1) % 2) * kSumsFloats, gram_sums[(groups - 1) % 2], group_first(groups - 1),
+                   end, tile);
   }
   cp_async_wait<0>();  // no copy may outlive the CTA (only empty groups can be pending here)
 }
@@ -608,7 +689,12 @@ __global__ void __launch_bounds__(kWarpSize)
 #pragma unroll
   for (int s = 0; s < kStreams; ++s) r[s] = load_readonly_16B(residual + (token * kStreams + s) * HIDDEN + h);
 #pragma unroll
-  for (int j = 0; j < kStreams; ++j) mixed[j] = mix_back_stream(prev_post, prev_comb, token, j, xv, r);
+  for (int j = 0; j < kStreams; ++j) {
+    float comb_j[kStreams];
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) comb_j[i] = __ldg(prev_comb + kStreams * (kStreams * token + i) + j);
+    mixed[j] = mix_back_stream(__ldg(prev_post + kStreams * token + j), comb_j, xv, r);
+  }
   if (blockIdx.z == 0) {
 #pragma unroll
     for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, mixed[s]);

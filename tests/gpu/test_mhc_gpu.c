@@ -1,7 +1,8 @@
 /* norm.mhc on a GPU against the double-precision reference (tests/ref/mhc.h), stage by stage,
  * with the tolerances of docs/ops/norm.mhc.md; poisoned outputs; both partial variants (scalar
  * for T <= 8 by default, tensor cores above; each also forced onto the other side through
- * SPARKINFER_MHC_SCALAR_MAX_T); graph replay after a freeze is bit-identical to eager on both. */
+ * SPARKINFER_MHC_SCALAR_MAX_T); both schedules of the tensor-core partials (SPARKINFER_MHC_STAGES
+ * 2 vs 3-4); graph replay after a freeze is bit-identical to eager on both. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,27 @@ Test(gpu_mhc, forced_partial_variant_matches_reference, .init = setup, .fini = t
     for (size_t b = 0; b < 3; b++) run_config(hs[a], scalar_ts[b], (sk_mhc_norm_weight)((a + b + 1) % 3), &r, seed);
   run_config(2048, 4133, SK_MHC_NORM_FP32, &r, seed);
   unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+/* Both schedules of the tensor-core partials: lockstep (2 stages) and pipelined (3, 4; the
+ * default on sm_90/sm_100), with CTAs of 1, 3 and 4 groups (sums double-buffered by group parity;
+ * the ring wraps). The environment is read at plan time. */
+Test(gpu_mhc, partial_schedules_match_reference, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mhc schedules");
+  skref_rng r;
+  skref_rng_seed(&r, seed);
+  const char *stages[] = {"2", "3", "4"}, *tpcs[] = {"16", "48", "64"};
+  for (size_t a = 0; a < 3; a++) {
+    setenv("SPARKINFER_MHC_STAGES", stages[a], 1);
+    for (size_t b = 0; b < 3; b++) {
+      setenv("SPARKINFER_MHC_TOKENS_PER_CTA", tpcs[b], 1);
+      run_config(b == 2 ? 7168 : 2048, b == 0 ? 17 : 130, (sk_mhc_norm_weight)((a + b) % 3), &r, seed);
+    }
+    unsetenv("SPARKINFER_MHC_TOKENS_PER_CTA");
+    run_config(2048, 4133, SK_MHC_NORM_BF16, &r, seed);
+  }
+  unsetenv("SPARKINFER_MHC_STAGES");
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 

@@ -17,11 +17,15 @@
 #define MAX_HIDDEN 65536
 #define GROUP 16             /* SK_MHC_GROUP: tokens per MMA group; tokens per partial CTA are a multiple */
 #define MAX_TOKENS_PER_CTA 1024
-/* Partial kernels: threads and bytes of one cp.async stage buffer (sk::mhc::partial_stage_bytes). */
+/* Partial kernels: threads, bytes of one cp.async stage buffer (sk::mhc::partial_stage_bytes: the
+ * streams, post_pre also x and 16 x 80 B of mix-back coefficients) and of one group's projection
+ * sums (partial_sums_bytes), which the pipelined schedule (3-4 stages) double-buffers. */
 #define PRE_PARTIAL_THREADS 128
 #define POST_PRE_PARTIAL_THREADS 512
 #define PRE_STAGE_BYTES (1 * GROUP * 32 * 16)
-#define POST_PRE_STAGE_BYTES (5 * GROUP * 32 * 16)
+#define POST_PRE_STAGE_BYTES (5 * GROUP * 32 * 16 + GROUP * 20 * 4)
+#define PRE_SUMS_BYTES (4 * GROUP * 24 * 4)
+#define POST_PRE_SUMS_BYTES (16 * GROUP * 24 * 4)
 #define MAX_STAGES 4
 /* Decode partial kernels (scalar FMA): one warp per (token, tile, role), 6 roles of 4 mixes. */
 #define SCALAR_ROLES 6
@@ -54,13 +58,22 @@ struct sk_mhc_plan {
   int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
 };
 
-/* Stage buffers: 3 where a block may take >= 120 KiB of shared memory (sm_80, sm_90, sm_100),
- * 2 elsewhere (sm_86/89/120/121: 99 KiB per block). SPARKINFER_MHC_STAGES (2..4) overrides.
- * Read at plan time, like the crossover to the scalar partials: run never consults the environment. */
+/* Dynamic shared memory of a partial kernel (sk::mhc::partial_smem_bytes): 2 stages run the
+ * lockstep schedule, 3-4 the pipelined one with two sums buffers. */
+static unsigned partial_smem(int pre, int stages) {
+  const unsigned stage = pre ? PRE_STAGE_BYTES : POST_PRE_STAGE_BYTES, sums = pre ? PRE_SUMS_BYTES : POST_PRE_SUMS_BYTES;
+  return (unsigned)stages * stage + (stages >= 3 ? 2 * sums : 0);
+}
+
+/* Stage buffers: 4 (pipelined schedule, 217 KiB on post_pre) where a block may take 227 KiB of
+ * shared memory (sm_90, sm_100); 2 (lockstep schedule) elsewhere: sm_80 (163 KiB: the pipelined
+ * post_pre needs 175 KiB with 3 stages), sm_86/89/120/121 (99 KiB). SPARKINFER_MHC_STAGES (2..4)
+ * overrides. Read at plan time, like the crossover to the scalar partials: run never consults
+ * the environment. */
 static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t) {
   const int n = sk_arch_number(arch);
   uint64_t v;
-  SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", (n == 80 || n == 90 || n == 100) ? 3 : 2, &v));
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", (n == 90 || n == 100) ? 4 : 2, &v));
   if (v < 2 || v > MAX_STAGES)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_STAGES=%llu: expected 2, 3 or 4", (unsigned long long)v);
   *stages = (int)v;
@@ -164,8 +177,8 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
-  if (s == SK_OK) s = allow_partial_smem(p->k[K_POST_PRE_PARTIAL], (unsigned)p->stages * POST_PRE_STAGE_BYTES);
-  if (s == SK_OK) s = allow_partial_smem(p->k[K_PRE_PARTIAL], (unsigned)p->stages * PRE_STAGE_BYTES);
+  if (s == SK_OK) s = allow_partial_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
+  if (s == SK_OK) s = allow_partial_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
   if (s == SK_OK &&
       sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * (size_t)(caps->hidden / TILE_H) * PARTIAL_FLOATS * 4) < 0)
     s = SK_ERR_INTERNAL;
@@ -354,7 +367,7 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
   } else {
     const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
-    const unsigned smem = (unsigned)stages * (pre ? PRE_STAGE_BYTES : POST_PRE_STAGE_BYTES);
+    const unsigned smem = partial_smem(pre, stages);
     void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
     void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
                              (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
