@@ -49,10 +49,12 @@
 //    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per CTA).
 //    block = exactly 128 threads (pre) / 512 threads (post_pre); grid = (ceil(T / tokens_per_cta), S, 1).
 //    tokens_per_cta: a multiple of 16 (16 .. 1024); bits do not depend on it.
-//    num_stages in {2, 3, 4}: cp.async stage buffers; dynamic shared memory =
-//    num_stages * partial_stage_bytes(NS) = num_stages * 8 KiB (pre) / 40 KiB (post_pre); above
-//    48 KiB the host raises the kernel's max dynamic shared memory attribute. Static smem 2.5 KiB.
-//    Suggested: num_stages 3 on sm_80/sm_90/sm_100, 2 on sm_86/89/120/121 (99 KiB per block);
+//    num_stages in {2, 3, 4}: cp.async stage buffers; 2 runs the lockstep schedule, 3-4 the
+//    pipelined one (same bits). Dynamic shared memory = partial_smem_bytes(NS, num_stages) =
+//    num_stages * partial_stage_bytes(NS) (+ 2 * partial_sums_bytes(NS) for 3-4 stages):
+//    pre 16 / 36 / 44 KiB, post_pre 82.5 / 172 / 213 KiB for 2 / 3 / 4 stages; above 48 KiB the
+//    host raises the kernel's max dynamic shared memory attribute. Static smem 5 KiB.
+//    Suggested: num_stages 4 on sm_90/sm_100, 2 on sm_80 and sm_86/89/120/121 (163 / 99 KiB per block);
 //    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
 //
 // 2b. template <int HIDDEN> __global__ void pre_partial_scalar_kernel(
@@ -190,15 +192,17 @@ __global__ void __launch_bounds__(kPostThreads)
 // CTA (token block, tile): 4*NS warps (NS = streams held in smem: 1 for run_pre, 4 for post_pre).
 // Tokens go in groups of 16 (the M of mma.m16n8k16) through a ring of cp.async stage buffers
 // (dynamic smem). Per group:
-//   stage   post_pre: mix-back of the group's x/residual chunks in place (smem -> smem), store of
-//           residual_out; pre: store of the 4 copies of x.
+//   stage   post_pre: mix-back of the group's x/residual chunks in place (smem -> smem, the
+//           coefficients prefetched with the data), store of residual_out; pre: store of the 4
+//           copies of x.
 //   mma     warp (s, q): projection of its 64-element slice of stream s for the 16 tokens
 //           against fn split exactly into 3 bf16 terms (hi + mid + lo, registers, loaded once
 //           per CTA): 4 k-steps x 3 n-tiles x 3 terms; plus its share of the 16 Gram units
 //           (token quad x quarter; A = 4 tokens x 4 streams, B = 2 tokens x 4 streams, the
 //           diagonal token blocks kept; products of bf16 are exact).
-//   reduce  warps' partial sums into smem (the consumed stage buffer), then one thread per
-//           (token, slot) sums them in warp order and writes the partial row.
+//   reduce  warps' partial sums into smem (2 stages: the consumed stage buffer; else two sums
+//           buffers), then one thread per (token, slot) sums them in warp order and writes the
+//           partial row. The two schedules (partial_body) order these phases differently.
 // Index math: norm/mhc_layout.cuh (emulated on the CPU by tests/ref/mhc_emu.c).
 
 constexpr int kGroup = SK_MHC_GROUP;
@@ -357,7 +361,7 @@ typedef float GramSums[4][kGroup][kGramPairs];  // [quarter][token][pair]
 typedef u32 FnFragments[kFnTerms][kWarpKSteps][kNTiles][2];
 
 // Gram units of one group (u = warp, warp + kWarps, ...: token quad u / 4, hidden quarter u % 4),
-// written straight to `gram`.
+// written straight to gram_sums.
 template <int NS>
 SK_DEVICE void group_gram(const uint4* buf, GramSums& gram_sums, int warp, int lane) {
   constexpr int kWarps = 4 * NS;

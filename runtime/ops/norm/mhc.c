@@ -65,9 +65,9 @@ static unsigned partial_smem(int pre, int stages) {
   return (unsigned)stages * stage + (stages >= 3 ? 2 * sums : 0);
 }
 
-/* Stage buffers: 4 (pipelined schedule, 217 KiB on post_pre) where a block may take 227 KiB of
+/* Stage buffers: 4 (pipelined schedule, 213 KiB on post_pre) where a block may take 227 KiB of
  * shared memory (sm_90, sm_100); 2 (lockstep schedule) elsewhere: sm_80 (163 KiB: the pipelined
- * post_pre needs 175 KiB with 3 stages), sm_86/89/120/121 (99 KiB). SPARKINFER_MHC_STAGES (2..4)
+ * post_pre needs 172 KiB with 3 stages), sm_86/89/120/121 (99 KiB). SPARKINFER_MHC_STAGES (2..4)
  * overrides. Read at plan time, like the crossover to the scalar partials: run never consults
  * the environment. */
 static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t) {
