@@ -90,10 +90,12 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
   return SK_OK;
 }
 
-/* The post_pre partial kernel needs more than the default 48 KiB of dynamic shared memory. */
+/* Opt in to the partial kernel's dynamic shared memory. Always, not only above 48 KiB: the
+ * kernels also have static shared memory (the Gram sums), and static + dynamic above 48 KiB
+ * without the opt-in fails at launch (the pre kernel: 44 KiB dynamic + ~5 KiB static). */
 static sk_status allow_partial_smem(sk_kernel *k, unsigned bytes) {
   void *fn = NULL;
-  if (!k || bytes <= 48 * 1024) return SK_OK; /* not resolved: this plan never launches it */
+  if (!k || bytes == 0) return SK_OK; /* not resolved: this plan never launches it */
   sk_kernel_get_info(k, &fn, NULL, NULL);
   if (!fn) return SK_OK; /* offline (no GPU): nothing to set; launching would report it */
   return sk_kernel_set_max_dynamic_shared(k, bytes);
