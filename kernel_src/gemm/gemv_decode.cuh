@@ -38,9 +38,10 @@
 //   cvt.rn.f16x2.e4m3x2 per pair (exact) feeds FP16 MMAs; scales multiply FP32 partials (never the
 //   FP16 operands, whose range would make that inexact): see fp8_compute_stage. Two register
 //   stages keep the next step's loads in flight.
-//   FP4: lane (g, t) loads 16 contiguous bytes; scales are folded into the operands, which is exact:
-//   nvfp4 on FP16 MMAs (E2M1 x UE4M3 fits FP16), mxfp4 on BF16 (E2M1 x 2^e needs <= 8 significant
-//   bits; exponents stay in BF16 range for UE8M0 scales in [2^-100, 2^100]).
+//   FP4: codes decode to FP16 value * 2^-14 without a lookup (e2m1x8_to_f16x2_2m14), FP16 MMAs,
+//   2^28 in the epilogue. nvfp4: lane (g, t) loads 16 contiguous bytes (32-K block t of the step),
+//   UE4M3 scales folded in with one HMUL2 per pair (exact: see Nvfp4Stage). mxfp4: the FP8 mapping
+//   at 4 bytes per block, UE8M0 scales on FP32 partials per 32-K block (see Mxfp4Stage).
 #pragma once
 #include "common/defs.cuh"
 #include "common/mma.cuh"
@@ -51,32 +52,10 @@ namespace gemm {
 
 template <int RECIPE>
 struct DecodeStep {
-  // K elements consumed by one warp step: FP4 4 lanes x 16 bytes, FP8 4 lanes x 4 x 8 bytes.
+  // K elements consumed by one warp step: nvfp4 4 lanes x 16 bytes, mxfp4 4 lanes x 4 x 4 bytes,
+  // FP8 4 lanes x 4 x 8 bytes.
   static constexpr int kStepK = 128;
 };
-
-// Scale(s) that multiply the 16-byte chunk of `row` starting at element k0 (folded recipes).
-// NVFP4 returns two scales (elements 0..15 and 16..31), others one (.y == .x).
-template <int RECIPE>
-SK_DEVICE float2 load_chunk_scales(const u8* __restrict__ scales, int row, int k0, int K) {
-  if (RECIPE == kNvfp4) {
-    const int num_k_tiles = (K / 16 + 3) / 4;
-    const u16 two = *reinterpret_cast<const u16*>(scales + swizzled_scale_offset(row, k0 / 16, num_k_tiles));
-    return make_float2(decode_block_scale<RECIPE>(two & 0xFFu), decode_block_scale<RECIPE>(two >> 8));
-  } else if (RECIPE == kMxfp4 || RECIPE == kMxfp8) {
-    const int num_k_tiles = (K / 32 + 3) / 4;
-    const float s = decode_block_scale<RECIPE>(__ldg(scales + swizzled_scale_offset(row, k0 / 32, num_k_tiles)));
-    return make_float2(s, s);
-  }
-  return make_float2(1.0f, 1.0f);
-}
-
-// A float scale known to be exact in f16 (UE4M3 values) -> f16x2 {s, s}.
-SK_DEVICE u32 f16x2_of(float s) {
-  __half h = __float2half_rn(s);
-  const u32 bits = *reinterpret_cast<const u16*>(&h);
-  return bits | (bits << 16);
-}
 
 // One E4M3 pair (half HALF of w: bytes 2*HALF, 2*HALF+1; lower byte -> lower f16) -> f16x2, exact
 // (every E4M3 value is an FP16 value). One F2FP per pair on sm_90; HALF 1 reads the .H1 operand.
@@ -237,6 +216,232 @@ SK_DEVICE void fp8_compute_stage(const Fp8Stage<TOKEN_TILES, ROW_TILES>& st, flo
   }
 }
 
+// 16-byte and 4-byte variants of the loads above (FP4 recipes).
+template <int OFF>
+SK_DEVICE uint4 ld_stream_u4(const u8* p) {
+  uint4 v;
+  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
+  return v;
+}
+template <int OFF>
+SK_DEVICE uint4 ld_ro_u4(const u8* p) {
+  uint4 v;
+  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
+  return v;
+}
+template <int OFF>
+SK_DEVICE u32 ld_stream_u1(const u8* p) {
+  u32 v;
+  asm volatile("ld.global.cs.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
+  return v;
+}
+template <int OFF>
+SK_DEVICE u32 ld_ro_u1(const u8* p) {
+  u32 v;
+  asm("ld.global.nc.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
+  return v;
+}
+
+// Two register stages: the next step's loads are in flight while this one computes. Warps take
+// steps round-robin from `step` (their first) to s_end.
+template <int WARPS, class Stage, class Load, class Compute>
+SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load load, Compute compute) {
+  if (step < s_end) load(st0, step);
+#pragma unroll 1
+  for (; step < s_end; step += 2 * WARPS) {
+    const int s1 = step + WARPS;
+    if (s1 < s_end) load(st1, s1);
+    compute(st0);
+    if (s1 >= s_end) break;
+    if (s1 + WARPS < s_end) load(st0, s1 + WARPS);
+    compute(st1);
+  }
+}
+
+// NVFP4: lane (g, t) holds the 32-K block t of the step (16 bytes) of its rows and token, and the
+// two UE4M3 scales of that block's 16-K halves. Each u32 of codes decodes (e2m1x8_to_f16x2_2m14)
+// into the K slots of two MMAs: pairs 0, 1 feed slots {2t, 2t+1}, {2t+8, 2t+9} of the first, pairs
+// 2, 3 of the second, for weights and tokens alike. The scale is folded in with one HMUL2 per
+// pair, exactly: E2M1 x UE4M3 has <= 6 significant bits (2 x 4) and lies in [2^-10, 2688], so the
+// product times 2^-14 lies in [2^-24, 0.17] on the f16 grid (subnormals included; f16 arithmetic
+// and the f16 MMA do not flush). The two 2^-14 factors are undone in the epilogue (2^28, exact).
+template <int TOKEN_TILES, int ROW_TILES>
+struct Nvfp4Stage {
+  uint4 w[ROW_TILES][2];    // [row tile][row g / g+8]
+  uint4 x[TOKEN_TILES];     // token g of each token tile
+  u32 w_sf[ROW_TILES][2];   // two UE4M3 codes (low byte: K 0..15 of the block)
+  u32 x_sf[TOKEN_TILES];
+};
+
+template <int TOKEN_TILES, int ROW_TILES>
+SK_DEVICE void nvfp4_load_stage(Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step, const u8* const (&w_ptr)[ROW_TILES][2],
+                                const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base,
+                                const u32 (&w_sfo)[ROW_TILES][2], const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES]) {
+  const long long off = (long long)step * 64;
+  // Scale columns 8 step + 2t, +1: one aligned u16, two 128x4 k-tiles (1024 bytes) per step.
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.w[rt][h] = ld_stream_u4<0>(w_ptr[rt][h] + off);
+      st.w_sf[rt][h] = __ldg(reinterpret_cast<const u16*>(w_sf_base + (w_sfo[rt][h] + step * 1024u)));
+    }
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+    st.x[nt] = ld_ro_u4<0>(x_ptr[nt] + off);
+    st.x_sf[nt] = __ldg(reinterpret_cast<const u16*>(x_sf_base + (x_sfo[nt] + step * 1024u)));
+  }
+}
+
+// Two UE4M3 codes (sign bits ignored) -> f16x2 {s0, s1} (exact: one F2FP).
+SK_DEVICE __half2 ue4m3x2_to_half2(u32 two) {
+  const u32 h = e4m3x2_to_f16x2<0>(two & 0x7F7Fu);
+  return *reinterpret_cast<const __half2*>(&h);
+}
+
+// Codes word w times scale s (f16x2 {s, s}) -> the 4 pairs of e2m1x8_to_f16x2_2m14, scaled.
+SK_DEVICE void nvfp4_word(u32 w, __half2 s, u32 (&p)[4]) {
+  e2m1x8_to_f16x2_2m14(w, p);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&p[j]), s);
+    p[j] = *reinterpret_cast<const u32*>(&v);
+  }
+}
+
+template <int TOKEN_TILES, int ROW_TILES>
+SK_DEVICE void nvfp4_compute_stage(const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
+  __half2 w_s[ROW_TILES][2], x_s[TOKEN_TILES];
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w_s[rt][h] = ue4m3x2_to_half2(st.w_sf[rt][h]);
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt) x_s[nt] = ue4m3x2_to_half2(st.x_sf[nt]);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // u32 q of the chunk: K 8q .. 8q+7 of the block, scale q / 2
+    u32 xp[TOKEN_TILES][4];
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+      const u32 xw = q == 0 ? st.x[nt].x : q == 1 ? st.x[nt].y : q == 2 ? st.x[nt].z : st.x[nt].w;
+      nvfp4_word(xw, q < 2 ? __low2half2(x_s[nt]) : __high2half2(x_s[nt]), xp[nt]);
+    }
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt) {
+      u32 wp[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4& c = st.w[rt][h];
+        nvfp4_word(q == 0 ? c.x : q == 1 ? c.y : q == 2 ? c.z : c.w, q < 2 ? __low2half2(w_s[rt][h]) : __high2half2(w_s[rt][h]),
+                   wp[h]);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const u32 a_frag[4] = {wp[0][2 * j], wp[1][2 * j], wp[0][2 * j + 1], wp[1][2 * j + 1]};
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+          const u32 b_frag[2] = {xp[nt][2 * j], xp[nt][2 * j + 1]};
+          mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag);
+        }
+      }
+    }
+  }
+}
+
+// MXFP4: the FP8 lane mapping at half the bytes. Lane (g, t) loads the u32 at 16b + 4t of every
+// 32-K block b of the step, so the quad covers block b and its two MMAs (pairs 0, 1 and 2, 3 of
+// e2m1x8_to_f16x2_2m14, weights and tokens alike) lie in one UE8M0 scale block. Operands stay
+// unscaled (value * 2^-14, exact); as for MXFP8 the scales multiply the FP32 partial of each block
+// (acc += part * sfb * sfa: powers of two, exact inside FP32's range), the 2^28 is the epilogue's.
+template <int TOKEN_TILES, int ROW_TILES>
+struct Mxfp4Stage {
+  u32 w[ROW_TILES][2][4];   // [row tile][row g / g+8][32-K block]
+  u32 x[TOKEN_TILES][4];
+  u32 w_sf[ROW_TILES][2];   // the 4 UE8M0 codes of the step's blocks, per row
+  u32 x_sf[TOKEN_TILES][2]; // same per token 2t + j
+};
+
+template <int TOKEN_TILES, int ROW_TILES>
+SK_DEVICE void mxfp4_load_stage(Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step, const u8* const (&w_ptr)[ROW_TILES][2],
+                                const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base,
+                                const u32 (&w_sfo)[ROW_TILES][2], const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2]) {
+  const long long off = (long long)step * 64;
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const u8* p = w_ptr[rt][h] + off;
+      st.w[rt][h][0] = ld_stream_u1<0>(p);
+      st.w[rt][h][1] = ld_stream_u1<16>(p);
+      st.w[rt][h][2] = ld_stream_u1<32>(p);
+      st.w[rt][h][3] = ld_stream_u1<48>(p);
+    }
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+    const u8* p = x_ptr[nt] + off;
+    st.x[nt][0] = ld_ro_u1<0>(p);
+    st.x[nt][1] = ld_ro_u1<16>(p);
+    st.x[nt][2] = ld_ro_u1<32>(p);
+    st.x[nt][3] = ld_ro_u1<48>(p);
+  }
+  // The step's 4 scale columns 4 step .. 4 step + 3 are one aligned u32 of the 128x4 swizzle.
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) st.w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) st.x_sf[nt][j] = __ldg(reinterpret_cast<const u32*>(x_sf_base + (x_sfo[nt][j] + step * 512u)));
+}
+
+template <int TOKEN_TILES, int ROW_TILES>
+SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    float part[ROW_TILES][TOKEN_TILES][4];
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
+    u32 xp[TOKEN_TILES][4];
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) e2m1x8_to_f16x2_2m14(st.x[nt][b], xp[nt]);
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt) {
+      u32 wp[2][4];
+      e2m1x8_to_f16x2_2m14(st.w[rt][0][b], wp[0]);
+      e2m1x8_to_f16x2_2m14(st.w[rt][1][b], wp[1]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const u32 a_frag[4] = {wp[0][2 * j], wp[1][2 * j], wp[0][2 * j + 1], wp[1][2 * j + 1]};
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+          const u32 b_frag[2] = {xp[nt][2 * j], xp[nt][2 * j + 1]};
+          mma_f16_m16n8k16(part[rt][nt], a_frag, b_frag);
+        }
+      }
+    }
+    float sw[ROW_TILES][2], sx[TOKEN_TILES][2];
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) sw[rt][h] = ue8m0_byte_to_float(st.w_sf[rt][h], b);
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) sx[nt][j] = ue8m0_byte_to_float(st.x_sf[nt][j], b);
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[rt][nt][i] = fmaf(part[rt][nt][i], sw[rt][i >> 1] * sx[nt][i & 1], acc[rt][nt][i]);
+  }
+}
+
 template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
 __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WARPS * 32))
     gemv_decode(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
@@ -306,127 +511,67 @@ __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WA
     }
     if (RECIPE == kBlockFp8) b_sfp = reinterpret_cast<const float*>(b_scales) + (long long)(row0 >> 7) * k_blocks128;
 
-    // Two register stages: the next step's loads are in flight while this one computes.
     Fp8Stage<TOKEN_TILES, ROW_TILES> st0, st1;
-    int step = s_begin + warp;
-    if (step < s_end) fp8_load_stage<RECIPE>(st0, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
-#pragma unroll 1
-    for (; step < s_end; step += 2 * WARPS) {
-      const int s1 = step + WARPS;
-      if (s1 < s_end) fp8_load_stage<RECIPE>(st1, s1, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
-      fp8_compute_stage<RECIPE>(st0, acc);
-      if (s1 >= s_end) break;
-      if (s1 + WARPS < s_end) fp8_load_stage<RECIPE>(st0, s1 + WARPS, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
-      fp8_compute_stage<RECIPE>(st1, acc);
-    }
-  } else {
-    constexpr int kQuads = Traits::kElemsPer16B / 4;  // MMAs per 16-byte chunk
-    constexpr bool kFoldScales = Traits::kSwizzledScales;
-    int x_rows[TOKEN_TILES];
-    bool x_live[TOKEN_TILES];
+    auto load = [&](Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
+      fp8_load_stage<RECIPE>(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+    };
+    auto compute = [&](const Fp8Stage<TOKEN_TILES, ROW_TILES>& st) { fp8_compute_stage<RECIPE>(st, acc); };
+    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+  } else if constexpr (RECIPE == kNvfp4) {
+    // Lane (g, t) loads the 16 bytes (32-K block t of the step) of each of its rows and tokens.
+    const u8* w_ptr[ROW_TILES][2];
+    const u8* x_ptr[TOKEN_TILES];
+    u32 w_sfo[ROW_TILES][2], x_sfo[TOKEN_TILES];  // swizzled offset of scale columns 2t, 2t+1 at step 0
+    const int num_k_tiles = (K / 16 + 3) / 4;
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + 16 * t;
+        w_sfo[rt][h] = (u32)swizzled_scale_offset(w_rows[rt][h], 2 * t, num_k_tiles);
+      }
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-      x_live[nt] = nt * 8 + g < M;
-      x_rows[nt] = min(nt * 8 + g, M - 1);
+      const int m = min(nt * 8 + g, M - 1);  // tokens past M: computed, never stored
+      x_ptr[nt] = a_codes + m * row_bytes + 16 * t;
+      x_sfo[nt] = (u32)swizzled_scale_offset(m, 2 * t, num_k_tiles);
     }
-    // NVFP4 runs on FP16 MMAs (E2M1 x UE4M3 is exact in FP16 and decodes with byte permutes);
-    // the other recipes on BF16 MMAs.
-    constexpr bool kF16 = RECIPE == kNvfp4;
-
-#pragma unroll 1
-    for (int step = s_begin + warp; step < s_end; step += WARPS) {
-      const int k0 = step * kStepK + t * Traits::kElemsPer16B;  // first element of this lane's chunk
-      const long long byte0 = Traits::kFp4 ? k0 / 2 : k0;
-
-      // Issue every load of the step first (weights dominate: 2*ROW_TILES x 16 B per lane).
-      uint4 w_chunk[ROW_TILES][2];
+    const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
+    const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
+    Nvfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
+    auto load = [&](Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
+      nvfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
+    };
+    auto compute = [&](const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st) { nvfp4_compute_stage(st, acc); };
+    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+  } else {
+    // MXFP4: lane (g, t) loads the 4 bytes at 16b + 4t of every 32-K block b of the step (the FP8
+    // mapping at half the bytes), so a quad covers one scale block per pair of MMAs.
+    const u8* w_ptr[ROW_TILES][2];
+    const u8* x_ptr[TOKEN_TILES];
+    u32 w_sfo[ROW_TILES][2], x_sfo[TOKEN_TILES][2];
+    const int num_k_tiles = (K / 32 + 3) / 4;
 #pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt)
+    for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          w_chunk[rt][h] = __ldcs(reinterpret_cast<const uint4*>(b_codes + w_rows[rt][h] * row_bytes + byte0));
-      uint4 x_chunk[TOKEN_TILES];
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt)
-        x_chunk[nt] = __ldg(reinterpret_cast<const uint4*>(a_codes + x_rows[nt] * row_bytes + byte0));
-
-      float2 w_scale[ROW_TILES][2], x_scale[TOKEN_TILES];
-#pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          w_scale[rt][h] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(b_scales), w_rows[rt][h], k0, K);
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-        x_scale[nt] = load_chunk_scales<RECIPE>(reinterpret_cast<const u8*>(a_scales), x_rows[nt], k0, K);
-        if (!x_live[nt]) x_scale[nt] = make_float2(0.0f, 0.0f);  // dead tokens contribute zeros
+      for (int h = 0; h < 2; ++h) {
+        w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + 4 * t;
+        w_sfo[rt][h] = (u32)swizzled_scale_offset(w_rows[rt][h], 0, num_k_tiles);
       }
-
-      float part[ROW_TILES][TOKEN_TILES][4];  // block_fp8: this step's unscaled partial
 #pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt)
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+      x_ptr[nt] = a_codes + min(nt * 8 + g, M - 1) * row_bytes + 4 * t;
 #pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
-
-#pragma unroll
-      for (int q = 0; q < kQuads; ++q) {
-        // NVFP4: quads 0..3 are elements 0..15 (scale .x), quads 4..7 elements 16..31 (.y).
-        const bool upper = RECIPE == kNvfp4 && q >= kQuads / 2;
-        u32 b_frag[TOKEN_TILES][2];
-#pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-          const float s = kFoldScales ? (upper ? x_scale[nt].y : x_scale[nt].x) : (x_live[nt] ? 1.0f : 0.0f);
-          if (kF16) dequant_quad_f16_nvfp4(x_chunk[nt], q, f16x2_of(s), b_frag[nt][0], b_frag[nt][1]);
-          else dequant_quad_bf16<RECIPE>(x_chunk[nt], q, s, b_frag[nt][0], b_frag[nt][1]);
-        }
-#pragma unroll
-        for (int rt = 0; rt < ROW_TILES; ++rt) {
-          u32 a_frag[4];
-          const float s0 = kFoldScales ? (upper ? w_scale[rt][0].y : w_scale[rt][0].x) : 1.0f;
-          const float s1 = kFoldScales ? (upper ? w_scale[rt][1].y : w_scale[rt][1].x) : 1.0f;
-          if (kF16) {
-            dequant_quad_f16_nvfp4(w_chunk[rt][0], q, f16x2_of(s0), a_frag[0], a_frag[2]);
-            dequant_quad_f16_nvfp4(w_chunk[rt][1], q, f16x2_of(s1), a_frag[1], a_frag[3]);
-          } else {
-            dequant_quad_bf16<RECIPE>(w_chunk[rt][0], q, s0, a_frag[0], a_frag[2]);
-            dequant_quad_bf16<RECIPE>(w_chunk[rt][1], q, s1, a_frag[1], a_frag[3]);
-          }
-#pragma unroll
-          for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-            if (kF16) mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
-            else if (RECIPE == kBlockFp8) mma_bf16_m16n8k16(part[rt][nt], a_frag, b_frag[nt]);
-            else mma_bf16_m16n8k16(acc[rt][nt], a_frag, b_frag[nt]);
-          }
-        }
-      }
-
-      if (RECIPE == kBlockFp8) {
-        // acc += partial * sfb[row block] * sfa[token]; the step lies in 128-block k0/128.
-        const float* sfa = reinterpret_cast<const float*>(a_scales);
-        const float* sfb = reinterpret_cast<const float*>(b_scales);
-        const int kb = (step * kStepK) / 128;
-        float tok_scale[TOKEN_TILES][2];
-#pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int m = nt * 8 + 2 * t + j;
-            tok_scale[nt][j] = m < M ? __ldg(sfa + (long long)m * k_blocks128 + kb) : 0.0f;
-          }
-#pragma unroll
-        for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float wsc = __ldg(sfb + (long long)(w_rows[rt][h] >> 7) * k_blocks128 + kb);
-#pragma unroll
-            for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-              for (int j = 0; j < 2; ++j) acc[rt][nt][2 * h + j] += part[rt][nt][2 * h + j] * (wsc * tok_scale[nt][j]);
-          }
-      }
+      for (int j = 0; j < 2; ++j) x_sfo[nt][j] = (u32)swizzled_scale_offset(min(nt * 8 + 2 * t + j, M - 1), 0, num_k_tiles);
     }
+    const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
+    const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
+    Mxfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
+    auto load = [&](Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
+      mxfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
+    };
+    auto compute = [&](const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st) { mxfp4_compute_stage(st, acc); };
+    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
   }
 
   // ---- fixed-order reduction: warps (shared memory), then K splits (scratch) ----
@@ -440,7 +585,8 @@ __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WA
       for (int i = 0; i < 4; ++i) red[warp][rt * 16 + g + (i >> 1) * 8][nt * 8 + 2 * t + (i & 1)] = acc[rt][nt][i];
   __syncthreads();
 
-  const float out_scale = load_alpha(alpha);
+  // FP4 operands are decoded as value * 2^-14 (weights and tokens): 2^28 restores the products.
+  const float out_scale = load_alpha(alpha) * (Traits::kFp4 ? 268435456.0f : 1.0f);
   if (k_splits == 1) {
     for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
       const int r = idx % kRows, m = idx / kRows;  // consecutive threads -> consecutive n
