@@ -397,3 +397,127 @@ Test(emulation, fast_e2m1_packing_equals_reference, .init = init) {
   }
   cr_assert_eq(bad, 0);
 }
+
+/* ---- the NVFP4 kernel's block fast path (sm_90) ---------------------------------------------------
+ * Taken by a block whose amax * eff < 7: the unclamped magnitude lines, and the signs applied
+ * eight at a time from the inputs' sign bits (kernel_src/common/e2m1_fast.cuh). */
+
+/* Every fp32 with |q| < 7 (the path's domain): the unclamped lines give the reference magnitude.
+ * Default: exponent fields 0..129 (|q| < 8), both signs, every mantissa (|q| below 2^-7 is also
+ * covered: all of it encodes as 0); SK_E2M1_EXHAUSTIVE=1 runs all 2^32 patterns. */
+static unsigned long long check_below7(uint32_t first, uint32_t count) {
+  unsigned long long bad = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    const uint32_t u = first + i;
+    const float q = skref_f32_from_bits(u);
+    if (!(fabsf(q) < 7.0f)) continue;
+    const unsigned got = sk_e2m1_biased_magnitude_below7(q) - 0x4B000000u, want = skref_e2m1_encode(q) & 7u;
+    if (got != want && bad++ < 8) fprintf(stderr, "below7 %a (0x%08x): %u, reference %u\n", q, u, got, want);
+  }
+  return bad;
+}
+
+Test(emulation, fast_e2m1_below7_equals_reference) {
+  unsigned long long bad = 0;
+  const char *all = getenv("SK_E2M1_EXHAUSTIVE");
+  if (all && !strcmp(all, "1")) {
+    for (uint32_t hi = 0; hi < (1u << 8); hi++) bad += check_below7(hi << 24, 1u << 24);
+  } else {
+    for (uint32_t sign = 0; sign < 2; sign++) bad += check_below7(sign << 31, 130u << 23);
+  }
+  cr_assert_eq(bad, 0, "%llu fp32 inputs encode differently", bad);
+}
+
+/* prmt.b32 emulation against hand-worked PTX examples (plain and sign-replicating selectors). */
+Test(emulation, prmt_emulation) {
+  cr_assert_eq(sk_prmt(0x33221100u, 0x77665544u, 0x3210u), 0x33221100u);
+  cr_assert_eq(sk_prmt(0x33221100u, 0x77665544u, 0x7654u), 0x77665544u);
+  cr_assert_eq(sk_prmt(0x33221100u, 0x77665544u, 0x0415u), 0x00441155u);
+  cr_assert_eq(sk_prmt(0x80017F00u, 0x00000000u, 0x8B9Au), 0x00FF0000u);
+  cr_assert_eq(sk_prmt(0x80017F00u, 0xFF000000u, 0xF3BAu), 0xFF80FF00u);
+}
+
+/* Sign nibbles and their application: every nibble position, code and sign, over random
+ * neighbours (the operations are per nibble, no carries between nibbles). */
+Test(emulation, fast_e2m1_signs_equal_reference, .init = init) {
+  skref_rng rng;
+  skref_rng_seed(&rng, skref_test_seed("emulation.fast_e2m1_signs"));
+  unsigned bad = 0;
+  for (int n = 0; n < 200000; n++) {
+    uint32_t w[4], mags = 0, want = 0;
+    for (int j = 0; j < 4; j++) w[j] = skref_rng_u32(&rng);
+    for (int i = 0; i < 8; i++) {
+      const unsigned code = (n < 64 && i == n / 8) ? (unsigned)(n % 8) : skref_rng_below(&rng, 8);
+      const unsigned neg = (w[i / 2] >> (16 * (i & 1) + 15)) & 1u;
+      mags |= code << (4 * i);
+      want |= (code | (neg && code ? 8u : 0u)) << (4 * i);
+    }
+    const uint32_t got = sk_e2m1x8_apply_signs(mags, sk_sign_nibbles8(w[0], w[1], w[2], w[3]));
+    if (got != want && bad++ < 8) fprintf(stderr, "signs %08x %08x %08x %08x: %08x, want %08x\n", w[0], w[1], w[2], w[3], got, want);
+  }
+  cr_assert_eq(bad, 0);
+}
+
+/* Whole blocks through the fast path as the kernel runs it (NaN-propagating magnitude max, scale,
+ * the eff table entry, the amax * eff < 7 test, then the fast encoder), against the reference,
+ * on random BF16/FP16 blocks with specials and given global scales down to the extremes
+ * (negative, tiny, huge, Inf, NaN), where the test must route blocks to the general path. */
+static int fast_nvfp4_block(const uint16_t raw[16], skref_dtype dt, float gs, uint8_t *scale_out,
+                            uint8_t packed[8]) {
+  float x[16], amax = 0.0f;
+  int nan = 0;
+  for (int i = 0; i < 16; i++) {
+    x[i] = skref_half_to_float(raw[i], dt);
+    nan |= isnan(x[i]);
+    if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+  }
+  if (nan) amax = NAN;
+  const float gs_recip = gs != 0.0f ? 1.0f / gs : 0.0f;
+  const uint8_t scale = gs != 0.0f ? skref_e4m3_encode(fminf(gs * (amax * SKREF_NVFP4_RCP6), 448.0f)) : 0;
+  const float eff = scale == 0 ? 0.0f : 1.0f / ((float)skref_e4m3_decode(scale) * gs_recip);
+  if (!(amax * eff < 7.0f)) return 0;
+  for (int h = 0; h < 2; h++) {
+    float q[8];
+    uint32_t w[4];
+    for (int i = 0; i < 8; i++) q[i] = x[8 * h + i] * eff;
+    for (int j = 0; j < 4; j++) w[j] = raw[8 * h + 2 * j] | (uint32_t)raw[8 * h + 2 * j + 1] << 16;
+    const uint32_t word = sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q), sk_sign_nibbles8(w[0], w[1], w[2], w[3]));
+    memcpy(packed + 4 * h, &word, 4);
+  }
+  *scale_out = scale;
+  return 1;
+}
+
+Test(emulation, nvfp4_fast_blocks_equal_reference, .init = init) {
+  skref_rng rng;
+  skref_rng_seed(&rng, skref_test_seed("emulation.fast_blocks"));
+  static const float global_scales[] = {1.0f, 448.0f, 0.037f, 2688.0f / 3.5f, 1e30f, 1e-30f, 0.0f, -3.0f, -0.0f,
+                                        0x1.fffffep127f, 0x1p-140f, INFINITY, -INFINITY, NAN, 1e38f, 5e-39f};
+  const int ngs = (int)(sizeof global_scales / sizeof global_scales[0]);
+  unsigned bad = 0, fast = 0;
+  for (int n = 0; n < 200000; n++) {
+    skref_dtype dt = (skref_dtype)(n & 1);
+    uint16_t raw[16];
+    switch (n % 4) {
+      case 0: skref_fill_normal(&rng, raw, 16, dt, 1.0f, 0.05, 100.0f); break;
+      case 1: skref_fill_wide_range(&rng, raw, 16, dt); break;
+      case 2:
+        skref_fill_normal(&rng, raw, 16, dt, 3.0f, 0.0, 1.0f);
+        skref_sprinkle_specials(&rng, raw, 16, dt, 0.05);
+        break;
+      default: skref_fill_normal(&rng, raw, 16, dt, dt == SKREF_FP16 ? 1e-5f : 1e-38f, 0.1, 1e3f); break;
+    }
+    if (n % 16 == 5) for (int i = 0; i < 16; i++) raw[i] &= 0x8000u; /* signed zeros only */
+    float x[16];
+    for (int i = 0; i < 16; i++) x[i] = skref_half_to_float(raw[i], dt);
+    float gs = global_scales[(n / 4) % ngs];
+    if (n % 5 == 0) gs = skref_nvfp4_global_scale_from_amax(fabsf(x[0]) + fabsf(x[9]));
+    uint8_t a[8], b[8], sa;
+    if (!fast_nvfp4_block(raw, dt, gs, &sa, a)) continue;
+    fast++;
+    const uint8_t sb = skref_nvfp4_quantize_block(x, gs, b);
+    if ((sa != sb || memcmp(a, b, 8)) && bad++ < 8) fprintf(stderr, "fast nvfp4 block %d (gs %a) differs\n", n, gs);
+  }
+  cr_assert_eq(bad, 0);
+  cr_assert(fast > 60000, "many blocks must take the fast path (%u)", fast);
+}

@@ -26,30 +26,44 @@
 #define SK_E2M1_FN static inline
 #endif
 
-// Bits of 2^23 + the magnitude code (0..7) of q; the bias cancels in sk_pack_e2m1x8_fast.
-SK_E2M1_FN unsigned sk_e2m1_biased_magnitude(float q) {
+// The three once-rounded lines of |q| as bits (2^23 + rint(line)).
+SK_E2M1_FN void sk_e2m1_lines(float q, unsigned* b1, unsigned* b2, unsigned* b3) {
 #ifdef __CUDA_ARCH__
   float a, s1, s2, s3;
   asm("abs.f32 %0, %1;" : "=f"(a) : "f"(q));
   asm("fma.rn.f32 %0, %1, 0f40000000, 0f4B000000;" : "=f"(s1) : "f"(a));  // 2a + 2^23
   asm("add.rn.f32 %0, %1, 0f4B000002;" : "=f"(s2) : "f"(a));              // a + 2 + 2^23
   asm("fma.rn.f32 %0, %1, 0f3F000000, 0f4B000004;" : "=f"(s3) : "f"(a));  // a/2 + 4 + 2^23
-  const unsigned b1 = __float_as_uint(s1), b2 = __float_as_uint(s2), b3 = __float_as_uint(s3);
+  *b1 = __float_as_uint(s1), *b2 = __float_as_uint(s2), *b3 = __float_as_uint(s3);
 #else
   const float a = __builtin_fabsf(q);
   // a * 2 and a * 0.5 are exact (or, for a subnormal a * 0.5, too small to matter), so the
   // separate multiply and add round like the device's single-rounding fma.
   const float s1 = a * 2.0f + 0x1p23f, s2 = a + (0x1p23f + 2.0f), s3 = a * 0.5f + (0x1p23f + 4.0f);
-  unsigned b1, b2, b3;
-  __builtin_memcpy(&b1, &s1, 4);
-  __builtin_memcpy(&b2, &s2, 4);
-  __builtin_memcpy(&b3, &s3, 4);
+  __builtin_memcpy(b1, &s1, 4);
+  __builtin_memcpy(b2, &s2, 4);
+  __builtin_memcpy(b3, &s3, 4);
 #endif
+}
+
+SK_E2M1_FN unsigned sk_min_u32(unsigned a, unsigned b) { return a < b ? a : b; }
+
+// Bits of 2^23 + the magnitude code (0..7) of q; the bias cancels in sk_pack_e2m1x8_fast.
+SK_E2M1_FN unsigned sk_e2m1_biased_magnitude(float q) {
+  unsigned b1, b2, b3;
+  sk_e2m1_lines(q, &b1, &b2, &b3);
   // Saturation: above 6 (Inf included) every line exceeds 2^23 + 7, and NaN lines are positive
   // NaNs (a >= 0), whose bits are larger still; so the clamp is an integer min with no reliance
   // on how a float min treats (signalling) NaNs.
-  const unsigned m12 = b1 < b2 ? b1 : b2, m3 = b3 < 0x4B000007u ? b3 : 0x4B000007u;
-  return m12 < m3 ? m12 : m3;
+  return sk_min_u32(sk_min_u32(b1, b2), sk_min_u32(b3, 0x4B000007u));
+}
+
+// The same for finite |q| < 7 only, without the clamp (one 3-way integer min): a/2 + 4 < 7.5
+// rounds to at most 7, which is also the saturated code of 6 < |q| < 7.
+SK_E2M1_FN unsigned sk_e2m1_biased_magnitude_below7(float q) {
+  unsigned b1, b2, b3;
+  sk_e2m1_lines(q, &b1, &b2, &b3);
+  return sk_min_u32(sk_min_u32(b1, b2), b3);
 }
 
 // 8 (the E2M1 sign bit) when q encodes as a negative nonzero code, else 0.
@@ -72,3 +86,57 @@ SK_E2M1_FN unsigned sk_pack_e2m1x8_fast(const float q[8]) {
     acc += (sk_e2m1_biased_magnitude(q[i]) << (4 * i)) + (sk_e2m1_sign_bit(q[i]) << (4 * i));
   return acc;
 }
+
+// ---- the NVFP4 kernel's block fast path (quantization/nvfp4.cuh) ------------------------------
+// Used for a block whose amax * eff < 7 (finite, so no NaN, Inf or non-finite eff; eff >= 0):
+// every q = x * eff is finite with |q| < 7 and the sign of x (or is +-0). Magnitudes come from
+// the unclamped lines, and the eight signs are applied at once from the input's 16-bit sign bits
+// (BF16 and FP16 alike) instead of one compare and select per value.
+
+// Eight magnitude codes, |q[i]| < 7, in bits 4i+2..4i (bit 4i+3 clear).
+SK_E2M1_FN unsigned sk_pack_e2m1x8_magnitudes_below7(const float q[8]) {
+  unsigned acc = 0u - 0xFB000000u;  // minus the biases, as in sk_pack_e2m1x8_fast
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+  for (int i = 0; i < 8; i++) acc += sk_e2m1_biased_magnitude_below7(q[i]) << (4 * i);
+  return acc;
+}
+
+// PTX prmt.b32 (default mode): result byte k is byte (sel >> 4k) & 7 of {b, a} (a is bytes
+// 0..3), or that byte's bit 7 replicated over the byte when (sel >> 4k) & 8.
+SK_E2M1_FN unsigned sk_prmt(unsigned a, unsigned b, unsigned sel) {
+#ifdef __CUDA_ARCH__
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+#else
+  const unsigned long long ab = (unsigned long long)b << 32 | a;
+  unsigned d = 0;
+  for (int k = 0; k < 4; k++) {
+    const unsigned s = (sel >> (4 * k)) & 15u, byte = (unsigned)(ab >> (8 * (s & 7u))) & 0xFFu;
+    d |= (s & 8u ? (byte & 0x80u ? 0xFFu : 0u) : byte) << (8 * k);
+  }
+  return d;
+#endif
+}
+
+// Eight 16-bit elements in x, y, z, w (element 2j in the low half of word j) -> bit 4i+3 set
+// iff element i's sign bit is (other bits: don't care). Four byte permutes and a select: the
+// high bytes of elements 0, 2, 1, 3 (and 4, 6, 5, 7), then the even ones' sign replicated over
+// the low nibbles and the odd ones' high bytes (sign in bit 7) in the high nibbles.
+SK_E2M1_FN unsigned sk_sign_nibbles8(unsigned x, unsigned y, unsigned z, unsigned w) {
+  const unsigned h0 = sk_prmt(x, y, 0x7351u), h1 = sk_prmt(z, w, 0x7351u);
+  const unsigned even = sk_prmt(h0, h1, 0xDC98u), odd = sk_prmt(h0, h1, 0x7632u);
+  return (odd & 0xF0F0F0F0u) | (even & 0x0F0F0F0Fu);
+}
+
+// Codes with signs: bit 4i+3 (sign) set where the sign nibble says so and the magnitude is
+// nonzero (a value that rounds to 0 is stored as +0). Per nibble, magnitude + 7 sets bit 3 iff
+// the magnitude is nonzero, with no carry out of the nibble (7 + 7 < 16). The sign bits are
+// added, not or-ed (they are clear in `magnitudes`), so that the compiler can fold the pack's
+// bias into the same three-input add.
+SK_E2M1_FN unsigned sk_e2m1x8_apply_signs(unsigned magnitudes, unsigned sign_nibbles) {
+  return magnitudes + (sign_nibbles & (magnitudes + 0x77777777u) & 0x88888888u);
+}
+

@@ -348,10 +348,12 @@ template <typename T>
 struct HalfType;
 template <>
 struct HalfType<__nv_bfloat16> {
+  static constexpr bool kIsBf16 = true;
   static SK_DEVICE float to_float(u16 bits) { return bf16_bits_to_float(bits); }
 };
 template <>
 struct HalfType<__half> {
+  static constexpr bool kIsBf16 = false;
   static SK_DEVICE float to_float(u16 bits) { return fp16_bits_to_float(bits); }
 };
 

@@ -80,7 +80,7 @@ struct ChunkGroup {
 };
 
 // Store the scale of block column kcol = col / BLOCK_CHUNKS of chunk c's row (c = row * cpr + col,
-// the block's first chunk) into the selected layouts. Row-major index row * (cpr / BLOCK_CHUNKS)
+// any chunk of the block: all give the same addresses) into the selected layouts. Row-major index row * (cpr / BLOCK_CHUNKS)
 // + kcol is just c / BLOCK_CHUNKS; the swizzled one needs the row (fast_div).
 template <int LAYOUT, int BLOCK_CHUNKS>
 SK_DEVICE void store_block_scale(u8* __restrict__ swizzled, u8* __restrict__ rows, u32 c, u32 cpr,

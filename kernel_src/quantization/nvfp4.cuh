@@ -52,10 +52,13 @@
 //
 // Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element): each load is a
 // coalesced 16-byte chunk, four per thread in flight; the E2M1 encoding is the exact fast
-// software path of common/e2m1_fast.cuh (~9 instructions per value instead of a 7-compare ladder);
-// the block amax is max.f32 on |x| (1 instruction per value); 1 / (e4m3(scale) / gs) is looked up
-// in a per-CTA table of the 256 scale bytes (no division per block); chunk -> row is one
-// multiply-high (FastDiv) and only the swizzled scale store needs it.
+// software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of them in
+// ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per value
+// (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all signs,
+// instead of ~9 per value; the block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw
+// inputs; 1 / (e4m3(scale) / gs) is looked up in a per-CTA table of the 256 scale bytes (no
+// division per block); chunk -> row is one multiply-high (FastDiv) and only the swizzled scale
+// store needs it.
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
@@ -91,14 +94,6 @@ SK_DEVICE float nvfp4_global_scale_from_amax(float amax) {
 // block looks it up: no division or E4M3 decode per block.
 SK_DEVICE float nvfp4_eff_of_scale(u8 scale, float gs_recip) {
   return scale == 0 ? 0.0f : div_rn(1.0f, mul_rn(e4m3_to_float(scale), gs_recip));
-}
-
-// Block scale from the block amax: sf = min(gs * (amax * (1/6)), 448); scale = e4m3(sf); 0 when
-// gs == 0.
-template <int CVT>
-SK_DEVICE u8 nvfp4_scale_of_amax(float amax, float gs) {
-  if (gs == 0.0f) return 0;
-  return float_to_e4m3<CVT>(min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f));
 }
 
 // Eight values of one block -> eight E2M1 codes (v[i] in bits 4i+3..4i), -0 stored as +0.
@@ -178,30 +173,86 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   if (threadIdx.x == 0) amax_partials[blockIdx.x] = f32_from_bits(amax);
 }
 
+// max(|a|, |b|) per 16-bit half (BF16 or FP16 pairs), NaN if either is NaN; the result's sign
+// bits are the xor of the inputs' (ignored: every use takes magnitudes again).
+template <typename T>
+SK_DEVICE u32 absmax2_nan(u32 a, u32 b) {
+  u32 d;
+  if constexpr (HalfType<T>::kIsBf16)
+    asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  else
+    asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// The larger magnitude of the two halves of `m` as fp32; NaN if either is NaN.
+template <typename T>
+SK_DEVICE float absmax2_to_f32(u32 m) {
+  const float lo = HalfType<T>::to_float(u16(m & 0xFFFFu)), hi = HalfType<T>::to_float(u16(m >> 16));
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(fabs_f32(lo)), "f"(fabs_f32(hi)));
+  return r;
+}
+
+// Block scale byte from the block amax: sf = min(gs * (amax * (1/6)), 448); scale = e4m3(sf);
+// 0 when gs == 0, passed as scale_mask = 0 (else 0xFF): a mask, not a branch per block.
+template <int CVT>
+SK_DEVICE u32 nvfp4_scale_bits(float amax, float gs, u32 scale_mask) {
+  return u32(float_to_e4m3<CVT>(min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f))) & scale_mask;
+}
+
 // Quantize chunk c (8 values, half of a 16-value block) whose other half is held by the
 // adjacent lane (lane ^ 1). All 32 lanes must call it together (full-mask shuffle); `valid`
-// says whether c is a real chunk (both lanes of a block agree: the chunk count is even). The
-// even lane stores the block's scale.
+// says whether c is a real chunk (both lanes of a block agree: the chunk count is even).
+// scale_mask: 0 if gs == 0, else 0xFF.
+//
+// Software E2M1 (sm_90): a fast path for warps whose blocks all have amax * eff < 7 (finite):
+// the amax is two-at-a-time on the 16-bit inputs (NaN-propagating, so a NaN fails the test),
+// magnitudes skip the saturating clamp and the signs come from the inputs' sign bits, eight at
+// a time (common/e2m1_fast.cuh). Other warps (a NaN or Inf in some block, a block past the
+// E2M1 range when gs is given, or a non-finite eff from an extreme gs) take the general path,
+// the same as the hardware one but for the encoder. Both are bit-exact to the reference.
 template <typename T, int LAYOUT, int CVT>
 SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chunks_per_row,
-                                    FastDiv row_div, float gs, const float (&eff_of_scale)[256],
-                                    u8* __restrict__ values, u8* __restrict__ scales_swizzled,
-                                    u8* __restrict__ scales_rows) {
+                                    FastDiv row_div, float gs, u32 scale_mask,
+                                    const float (&eff_of_scale)[256], u8* __restrict__ values,
+                                    u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows) {
   float v[8];
   widen8<T>(raw, v);
-  // max.f32 drops NaN and keeps Inf: the reference's "max |x| over the non-NaN x" (signalling
-  // NaNs included: the GPU tests sprinkle BF16 0x7F81 / 0xFFBF).
-  float amax = 0.0f;
+  u32 scale, packed;
+  bool general = true;
+  if constexpr (!(CVT == kCvtHardware && SK_HAS_CVT_E2M1X2)) {
+    u32 m = absmax2_nan<T>(absmax2_nan<T>(raw.x, raw.y), absmax2_nan<T>(raw.z, raw.w));
+    m = absmax2_nan<T>(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+    const float amax = absmax2_to_f32<T>(m);
+    scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
+    const float eff = eff_of_scale[scale];
+    general = !__all_sync(0xFFFFFFFFu, mul_rn(amax, eff) < 7.0f);  // false for NaN
+    if (!general) {
+      float q[8];
 #pragma unroll
-  for (int i = 0; i < 8; i++) amax = max_f32(amax, fabs_f32(v[i]));
-  amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-  const u8 scale = nvfp4_scale_of_amax<CVT>(amax, gs);
-  const u32 packed = nvfp4_quantize8<CVT>(v, eff_of_scale[scale]);
+      for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
+      // eff == 0 needs no special case here: x is finite, so every q is +-0 and encodes as 0.
+      packed = sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q),
+                                     sk_sign_nibbles8(raw.x, raw.y, raw.z, raw.w));
+    }
+  }
+  if (general) {
+    // max.f32 drops NaN and keeps Inf: the reference's "max |x| over the non-NaN x" (signalling
+    // NaNs included: the GPU tests sprinkle BF16 0x7F81 / 0xFFBF).
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = max_f32(amax, fabs_f32(v[i]));
+    amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
+    packed = nvfp4_quantize8<CVT>(v, eff_of_scale[scale]);
+  }
   if (!valid) return;
   *reinterpret_cast<u32*>(values + i64(c) * 4) = packed;
-  if ((c & 1u) == 0)
-    store_block_scale<LAYOUT, 2>(scales_swizzled, scales_rows, c, chunks_per_row, row_div,
-                                 (chunks_per_row / 2 + 3) / 4, scale);
+  // Both lanes store the scale (same byte, same address: c and c ^ 1 give the same block), which
+  // is cheaper than a branch on the lane's parity.
+  store_block_scale<LAYOUT, 2>(scales_swizzled, scales_rows, c, chunks_per_row, row_div,
+                               (chunks_per_row / 2 + 3) / 4, u8(scale));
 }
 
 // GS_MODE kGlobalScaleInCta keeps the first kInCtaCachedChunks chunks of every thread in
@@ -244,6 +295,7 @@ __global__ void __launch_bounds__(kNvfp4Threads)
       if (tid == 0) *global_scale = gs;
     }
     const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
+    const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
     for (int s = threadIdx.x; s < 256; s += blockDim.x)
       eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
     __syncthreads();
@@ -253,8 +305,8 @@ __global__ void __launch_bounds__(kNvfp4Threads)
 #pragma unroll
       for (int j = 0; j < kQuantChunksPerThread; j++)
         nvfp4_quantize_chunk<T, LAYOUT, CVT>(grp.raw[j], base + grp.offset[j], grp.valid(g, base, j),
-                                             g.chunks_per_row, row_div, gs, eff_of_scale,
-                                             values, scales_swizzled, scales_rows);
+                                             g.chunks_per_row, row_div, gs, scale_mask,
+                                             eff_of_scale, values, scales_swizzled, scales_rows);
       step_base = grp.step(step_base);
       if (step_base >= g.chunks) break;  // CTA-uniform: the shuffles see full warps
       grp.load(x, g, u32(step_base));
@@ -278,6 +330,7 @@ __global__ void __launch_bounds__(kNvfp4Threads)
     const float gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
     if (tid == 0) *global_scale = gs;
     const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
+    const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
     for (int s = threadIdx.x; s < 256; s += blockDim.x)
       eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
     __syncthreads();
@@ -286,8 +339,8 @@ __global__ void __launch_bounds__(kNvfp4Threads)
     for (int r = 0; r < kInCtaCachedChunks; r++) {
       const i64 c = threadIdx.x + i64(r) * blockDim.x;
       nvfp4_quantize_chunk<T, LAYOUT, CVT>(cached[r], u32(c), c < chunks, g.chunks_per_row,
-                                           row_div, gs, eff_of_scale, values, scales_swizzled,
-                                           scales_rows);
+                                           row_div, gs, scale_mask, eff_of_scale, values,
+                                           scales_swizzled, scales_rows);
     }
     // CTA-uniform loop condition (full-mask shuffles inside).
     for (i64 base = i64(kInCtaCachedChunks) * blockDim.x; base < chunks; base += blockDim.x) {
@@ -295,7 +348,8 @@ __global__ void __launch_bounds__(kNvfp4Threads)
       const bool valid = c < chunks;
       nvfp4_quantize_chunk<T, LAYOUT, CVT>(valid ? g.load(x, u32(c)) : make_uint4(0u, 0u, 0u, 0u),
                                            u32(c), valid, g.chunks_per_row, row_div, gs,
-                                           eff_of_scale, values, scales_swizzled, scales_rows);
+                                           scale_mask, eff_of_scale, values, scales_swizzled,
+                                           scales_rows);
     }
   }
   if constexpr ((LAYOUT & kScalesSwizzled) != 0)

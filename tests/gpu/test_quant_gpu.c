@@ -24,6 +24,8 @@ typedef struct qcase {
   sk_global_scale_mode gs;
   int data_kind; /* 0 normal+outliers, 1 wide range, 2 normal + specials (NaN/Inf/0) */
   sk_path path;
+  int gs_fixed;   /* GIVEN mode: use gs_value instead of a random ordinary global scale */
+  float gs_value;
 } qcase;
 
 /* Device buffers big enough for a case, allocated per case (the test is about bits, not time). */
@@ -46,6 +48,7 @@ static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
   else skref_fill_normal(rng, hx, n, c->dtype, 1.0f, 0.001, 1000.0f);
   if (c->data_kind == 2) skref_sprinkle_specials(rng, hx, n, c->dtype, 0.01);
   float given_gs = c->gs == SK_GLOBAL_SCALE_GIVEN ? (float)(448.0 * 6.0 / (1.0 + 10.0 * skref_rng_uniform(rng))) : 0.0f;
+  if (c->gs_fixed) given_gs = c->gs_value;
 
   uint8_t *rv = malloc(vbytes), *rs = malloc(swz), *rr = malloc(rowsz);
   float ref_gs = 0;
@@ -208,6 +211,27 @@ Test(gpu_quant, multi_chunk_tails_bit_exact, .init = setup, .fini = teardown, .t
     run_case(&big8, &rng, seed);
   }
   unsetenv("SPARKINFER_QUANT_CHUNKS_PER_THREAD");
+  cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
+               case_failures);
+}
+
+/* Given global scales at the extremes: zero, negative, tiny (1 / gs overflows, or eff does),
+ * huge, Inf and NaN. The sm_90 kernel sends blocks whose amax * eff is not below 7 (NaN, Inf,
+ * non-finite eff, values past the E2M1 range) down its general path and the rest down the fast
+ * one; both must match the reference (kernel_src/quantization/nvfp4.cuh). */
+Test(gpu_quant, nvfp4_extreme_given_global_scales, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu nvfp4 extreme gs");
+  skref_rng rng;
+  skref_rng_seed(&rng, seed);
+  static const float scales[] = {0.0f, -0.0f, -3.0f, 1e-30f, 5e-39f, 0x1p-140f, 1.0f, 1e30f, 1e38f,
+                                 0x1.fffffep127f, INFINITY, -INFINITY, NAN};
+  int i = 0;
+  for (size_t g = 0; g < sizeof scales / sizeof scales[0]; g++)
+    for (int data = 0; data < 3; data++, i++) {
+      qcase c = {1, i % 2 ? SKREF_FP16 : SKREF_BF16, i % 3 ? 129 : 4096, i % 3 ? 2048 : 64, SK_SCALES_BOTH,
+                 SK_GLOBAL_SCALE_GIVEN, data, i % 4 == 3 ? SK_PATH_PORTABLE : SK_PATH_AUTO, 1, scales[g]};
+      run_case(&c, &rng, seed);
+    }
   cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
                case_failures);
 }
