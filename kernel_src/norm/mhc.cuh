@@ -54,7 +54,7 @@
 //    num_stages * partial_stage_bytes(NS) (+ 2 * partial_sums_bytes(NS) for 3-4 stages):
 //    pre 16 / 36 / 44 KiB, post_pre 82.5 / 172 / 213 KiB for 2 / 3 / 4 stages; above 48 KiB the
 //    host raises the kernel's max dynamic shared memory attribute. Static smem 5 KiB.
-//    Suggested: num_stages 4 on sm_90/sm_100, 2 on sm_80 and sm_86/89/120/121 (163 / 99 KiB per block);
+//    Suggested: num_stages 2 (measured fastest on the H200; 3-4 need sm_90/sm_100 shared memory);
 //    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
 //
 // 2b. template <int HIDDEN> __global__ void pre_partial_scalar_kernel(

@@ -65,17 +65,21 @@ static unsigned partial_smem(int pre, int stages) {
   return (unsigned)stages * stage + (stages >= 3 ? 2 * sums : 0);
 }
 
-/* Stage buffers: 4 (pipelined schedule, 213 KiB on post_pre) where a block may take 227 KiB of
- * shared memory (sm_90, sm_100); 2 (lockstep schedule) elsewhere: sm_80 (163 KiB: the pipelined
- * post_pre needs 172 KiB with 3 stages), sm_86/89/120/121 (99 KiB). SPARKINFER_MHC_STAGES (2..4)
- * overrides. Read at plan time, like the crossover to the scalar partials: run never consults
+/* Stage buffers: 2 (lockstep schedule) everywhere. Measured on the H200 (bench/RESULTS.md,
+ * eleventh run) the pipelined schedule (3-4 stages, 172 / 213 KiB on post_pre, sm_90/sm_100 only)
+ * is not faster: T = 4096 post_pre 380 us with 4 stages against 364 us with 2. It stays
+ * selectable with SPARKINFER_MHC_STAGES (2..4) for tuning on other GPUs. Read at plan time, like the crossover to the scalar partials: run never consults
  * the environment. */
 static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t) {
   const int n = sk_arch_number(arch);
   uint64_t v;
-  SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", (n == 90 || n == 100) ? 4 : 2, &v));
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", 2, &v));
   if (v < 2 || v > MAX_STAGES)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_STAGES=%llu: expected 2, 3 or 4", (unsigned long long)v);
+  if (v > 2 && n != 90 && n != 100)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "SPARKINFER_MHC_STAGES=%llu: 3 and 4 stages need the shared memory of sm_90/sm_100, the target is %s",
+                        (unsigned long long)v, arch);
   *stages = (int)v;
   SK_TRY(sk_env_u64("SPARKINFER_MHC_TOKENS_PER_CTA", 0, &v));
   if (v % GROUP || v > MAX_TOKENS_PER_CTA)
