@@ -51,10 +51,6 @@ int main(void) {
   const int64_t ms[] = {1, 4, 16, 2048, 4096, 8192};
   /* SK_BENCH_DECODE_ONLY=1: skip the prefill rows (quick sweeps of decode configurations). */
   const int decode_only = getenv("SK_BENCH_DECODE_ONLY") && atoi(getenv("SK_BENCH_DECODE_ONLY")) != 0;
-  /* SK_BENCH_M=2048,4096: only these M values. */
-  const char *only_m = getenv("SK_BENCH_M");
-  char only_m_list[256], mtoken[32];
-  snprintf(only_m_list, sizeof only_m_list, ",%s,", only_m ? only_m : "");
   int tiled = 0;
   {
     const char *const *paths;
@@ -68,7 +64,7 @@ int main(void) {
       for (int mi = 0; mi < 6; mi++) {
         const int64_t n = shapes[si][0], k = shapes[si][1], m = ms[mi];
         if (m > 16 && (!tiled || si != 0 || decode_only)) continue; /* prefill: one shape */
-        if (only_m && !strstr(only_m_list, (snprintf(mtoken, sizeof mtoken, ",%lld,", (long long)m), mtoken))) continue;
+        if (!bench_keep("SK_BENCH_M", m)) continue;
         const int fp4 = r <= 1;
         const size_t bcodes = (size_t)(n * (fp4 ? k / 2 : k)), acodes = (size_t)(m * (fp4 ? k / 2 : k));
         const size_t bscales = r == 4 ? 0 : r == 3 ? (size_t)(((n + 127) / 128) * (k / 128) * 4) : sk_swizzled_scale_bytes(n, k / (r == 0 ? 16 : 32));

@@ -2,7 +2,7 @@
  * 4096, 7168 and T in {1, 8, 16, 128, 4096} (8: the largest T on the scalar partial kernels by
  * default; SPARKINFER_MHC_SCALAR_MAX_T=0 / =16 move the crossover to compare both variants).
  * Bytes = every input read once + every output written once. CUDA events around 100 runs after
- * warm-up, median of 7 rounds; random data. */
+ * warm-up, median of 7 rounds; random data. SK_BENCH_H=7168 SK_BENCH_T=1,4096 keep only those rows. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +47,7 @@ int main(void) {
   for (int hi = 0; hi < 3; hi++)
     for (int ti = 0; ti < (int)(sizeof ts / sizeof ts[0]); ti++) {
       const int64_t h = hs[hi], t = ts[ti];
+      if (!bench_keep("SK_BENCH_H", h) || !bench_keep("SK_BENCH_T", t)) continue; /* quick sweeps */
       sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
       sk_mhc_plan *p;
       SK(sk_mhc_plan_create(&caps, &p));

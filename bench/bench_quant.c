@@ -1,7 +1,8 @@
 /* bench_quant - achieved bandwidth of quantization.nvfp4 and quantization.mxfp8 (BF16 input,
  * swizzled scales) for M in {1, 16, 128, 4096, 16384}, K in {2048, 4096, 7168}.
  * Bytes = input read once + values + scales written. Times: CUDA events around 100 launches
- * after warm-up, median of 7 such rounds. Inputs are random normal data (never zeros). */
+ * after warm-up, median of 7 such rounds. Inputs are random normal data (never zeros).
+ * SK_BENCH_M=16384 SK_BENCH_K=7168 keep only those rows. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ int main(void) {
     for (size_t ki = 0; ki < 3; ki++)
       for (size_t mi = 0; mi < 5; mi++) {
         int64_t m = msz[mi], k = ksz[ki];
+        if (!bench_keep("SK_BENCH_M", m) || !bench_keep("SK_BENCH_K", k)) continue; /* quick sweeps */
         sk_quant_caps caps = {SK_DTYPE_BF16, k, m, SK_SCALES_SWIZZLED, SK_GLOBAL_SCALE_GIVEN, SK_PATH_AUTO, NULL};
         sk_quant_plan *p;
         SK(op == 0 ? sk_nvfp4_plan_create(&caps, &p) : sk_mxfp8_plan_create(&caps, &p));

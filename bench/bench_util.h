@@ -22,6 +22,17 @@
     if ((x) != SK_OK) { fprintf(stderr, "%s: %s\n", #x, sk_last_error_message()); exit(1); }     \
   } while (0)
 
+/* Row filters for quick sweeps: bench_keep("SK_BENCH_M", m) is 1 when the variable is unset or
+ * its comma-separated list contains v (e.g. SK_BENCH_M=1,16). */
+static inline int bench_keep(const char *var, long long v) {
+  const char *list = getenv(var);
+  if (!list || !*list) return 1;
+  char padded[256], token[32];
+  snprintf(padded, sizeof padded, ",%s,", list);
+  snprintf(token, sizeof token, ",%lld,", v);
+  return strstr(padded, token) != NULL;
+}
+
 static inline int bench_cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return (x > y) - (x < y);
