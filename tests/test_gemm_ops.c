@@ -99,12 +99,13 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
                    "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"out\":\"bf16\",\"n\":4096,\"k\":4096,\"m\":[1,4,8,16]}},"
-                   "{\"op\":\"gemm.mxfp8_linear\",\"caps\":{\"n\":4096,\"k\":4096,\"m\":[1]}}]}");
+                   "{\"op\":\"gemm.mxfp8_linear\",\"caps\":{\"n\":4096,\"k\":4096,\"m\":[1,2048]}}]}");
   char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
   char *out = NULL;
   cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
-  /* nvfp4: TOKEN_TILES 1 (M<=8) and 2 (M<=16) = 2 kernels; mxfp8_linear: 1 decode + 1 quantizer */
-  cr_assert_eq(tu_json_num(out, "kernels"), 4, "%s", out);
+  /* nvfp4: TOKEN_TILES 1 (M<=8) and 2 (M<=16) = 2 kernels; mxfp8_linear: the fused decode kernel
+   * (M=1, no quantizer launch) + the SM120 kernel and the quantizer (M=2048) */
+  cr_assert_eq(tu_json_num(out, "kernels"), 5, "%s", out);
   free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
                    "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"fp3\",\"n\":4096,\"k\":4096,\"m\":[1]}}]}");

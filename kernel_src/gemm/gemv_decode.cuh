@@ -28,6 +28,15 @@
 //   Determinism: fixed work split and fixed reduction order (warps, then splits through
 //   `partials`); no floating-point atomics. Bitwise reproducible for a given (config, k_splits).
 //
+//   template <int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
+//   __global__ void sk::gemm::gemv_decode_mxfp8_bf16<...>(const __nv_bfloat16* x, const void* unused,
+//       ... then as gemv_decode)
+//     gemm.mxfp8_linear, M <= 16: gemv_decode<mxfp8> with BF16 tokens x [M, K] (row stride K,
+//     16-byte aligned) quantized in the kernel by quantization.mxfp8's device function: bitwise
+//     equal to quantization.mxfp8 + gemv_decode<mxfp8> with the same k_splits (see
+//     Fp8Bf16Stage). Same grid, block, scratch and requirements; 2 blocks of 128 threads per SM
+//     at TOKEN_TILES 2 (register bound, see below).
+//
 // HOW IT WORKS
 //   Swap-AB tensor-core GEMV: 16 weight rows are the MMA's M side, up to 8 tokens its N side
 //   (mma.sync m16n8k16, FP32 accumulate). The MMA's K slots of both operands are indexed by the
@@ -46,6 +55,7 @@
 #include "common/defs.cuh"
 #include "common/mma.cuh"
 #include "gemm/gemm_common.cuh"
+#include "quantization/mxfp8.cuh"
 
 namespace sk {
 namespace gemm {
@@ -109,7 +119,8 @@ struct Fp8Stage {
 //   tensor_fp8 MMAs accumulate into acc directly; alpha at the end.
 // Powers of two and products of FP16 values are exact in FP32, so the only roundings are the FP32
 // accumulations (as in the reference's tolerance model), for scale products inside FP32's range.
-template <int RECIPE, int TOKEN_TILES, int ROW_TILES>
+// TOKENS false: weights and their scales only (the fused mxfp8_linear path quantizes its tokens).
+template <int RECIPE, bool TOKENS = true, int TOKEN_TILES, int ROW_TILES>
 SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, const u8* const (&w_ptr)[ROW_TILES][2],
                               const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base, const u32 (&w_sfo)[ROW_TILES][2],
                               const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2], const float* b_sfp) {
@@ -125,7 +136,7 @@ SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, co
       st.w[rt][h][3] = ld_stream_u2<96>(p);
     }
 #pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+  for (int nt = 0; nt < TOKEN_TILES && TOKENS; ++nt) {
     const u8* p = x_ptr[nt] + off;
     st.x[nt][0] = ld_ro_u2<0>(p);
     st.x[nt][1] = ld_ro_u2<32>(p);
@@ -139,7 +150,7 @@ SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, co
 #pragma unroll
       for (int h = 0; h < 2; ++h) st.w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
 #pragma unroll
-    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+    for (int nt = 0; nt < TOKEN_TILES && TOKENS; ++nt)
 #pragma unroll
       for (int j = 0; j < 2; ++j) st.x_sf[nt][j] = __ldg(reinterpret_cast<const u32*>(x_sf_base + (x_sfo[nt][j] + step * 512u)));
   } else if (RECIPE == kBlockFp8) {
@@ -213,6 +224,37 @@ SK_DEVICE void fp8_compute_stage(const Fp8Stage<TOKEN_TILES, ROW_TILES>& st, flo
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           acc[rt][nt][i] = fmaf(part[rt][nt][i], st.b_sf * __uint_as_float(st.x_sf[nt][i & 1]), acc[rt][nt][i]);
+  }
+}
+
+// Fused gemm.mxfp8_linear (gemv_decode_mxfp8_bf16): the mxfp8 step with BF16 tokens. Lane (g, t)
+// loads the 8 BF16 at 32b + 8t of each block b of token g (16 bytes), i.e. the elements whose E4M3
+// codes the mxfp8 step loads, so the quad (t = 0..3) holds exactly one 32-element MXFP8 block:
+// the quantization.mxfp8 op's device function (sk::quant::mxfp8_quantize8: quad amax shuffles,
+// UE8M0 scale, E4M3 codes) runs on it unchanged and yields the op's codes bit for bit, in the
+// registers the mxfp8 step would have loaded. The scales of C columns 2t + j come from lane
+// 4 (2t + j) (token g = 2t + j of the tile). Then fp8_compute_stage runs as for mxfp8: the result
+// equals quantize + mm bit for bit (same MMAs, same order, same k_splits).
+template <int TOKEN_TILES, int ROW_TILES>
+struct Fp8Bf16Stage {
+  Fp8Stage<TOKEN_TILES, ROW_TILES> q;  // weights as loaded; x and x_sf filled by mxfp8_quantize_tokens
+  uint4 xr[TOKEN_TILES][4];            // token g: 8 BF16 at 32b + 8t of block b
+};
+
+template <int TOKEN_TILES, int ROW_TILES>
+SK_DEVICE void mxfp8_quantize_tokens(Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+    u32 sf = 0;  // the 4 UE8M0 codes of token g, block b in byte b (the swizzled u32's order)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      u8 s;
+      st.q.x[nt][b] = quant::mxfp8_quantize8<__nv_bfloat16, kCvtHardware>(st.xr[nt][b], s);
+      sf |= (u32)s << (8 * b);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) st.q.x_sf[nt][j] = __shfl_sync(0xFFFFFFFFu, sf, 8 * t + 4 * j);
   }
 }
 
@@ -442,12 +484,15 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
   }
 }
 
-template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
-__global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WARPS * 32))
-    gemv_decode(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
-                const void* __restrict__ b_scales, const float* __restrict__ alpha, void* __restrict__ c, int M,
-                int N, int K, int ldc, int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
+// The kernel; X_BF16 (mxfp8 only): a_codes holds BF16 tokens [M, K], quantized in the warp
+// (gemv_decode_mxfp8_bf16), a_scales unused.
+template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, bool X_BF16>
+SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __restrict__ a_scales,
+                                const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
+                                const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
+                                int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
   static_assert(TOKEN_TILES == 1 || TOKEN_TILES == 2, "M <= 16");
+  static_assert(!X_BF16 || RECIPE == kMxfp8, "BF16 tokens: mxfp8 only");
   static_assert(ROW_TILES >= 1 && ROW_TILES <= 4, "register budget");
   using Traits = RecipeTraits<RECIPE>;
   constexpr int kStepK = DecodeStep<RECIPE>::kStepK;
@@ -501,7 +546,8 @@ __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WA
       }
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-      x_ptr[nt] = a_codes + min(nt * 8 + g, M - 1) * row_bytes + 8 * t;
+      // BF16 tokens: 2 bytes per element, the same elements (see Fp8Bf16Stage).
+      x_ptr[nt] = a_codes + (min(nt * 8 + g, M - 1) * row_bytes + 8 * t) * (X_BF16 ? 2 : 1);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int m = min(nt * 8 + 2 * t + j, M - 1);  // the C column this lane holds
@@ -511,12 +557,32 @@ __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WA
     }
     if (RECIPE == kBlockFp8) b_sfp = reinterpret_cast<const float*>(b_scales) + (long long)(row0 >> 7) * k_blocks128;
 
-    Fp8Stage<TOKEN_TILES, ROW_TILES> st0, st1;
-    auto load = [&](Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
-      fp8_load_stage<RECIPE>(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
-    };
-    auto compute = [&](const Fp8Stage<TOKEN_TILES, ROW_TILES>& st) { fp8_compute_stage<RECIPE>(st, acc); };
-    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+    if constexpr (X_BF16) {
+      Fp8Bf16Stage<TOKEN_TILES, ROW_TILES> st0, st1;
+      auto load = [&](Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
+        fp8_load_stage<RECIPE, false>(st.q, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+          const u8* p = x_ptr[nt] + (long long)step * 256;
+          st.xr[nt][0] = ld_ro_u4<0>(p);
+          st.xr[nt][1] = ld_ro_u4<64>(p);
+          st.xr[nt][2] = ld_ro_u4<128>(p);
+          st.xr[nt][3] = ld_ro_u4<192>(p);
+        }
+      };
+      auto compute = [&](Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st) {
+        mxfp8_quantize_tokens(st);
+        fp8_compute_stage<RECIPE>(st.q, acc);
+      };
+      pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+    } else {
+      Fp8Stage<TOKEN_TILES, ROW_TILES> st0, st1;
+      auto load = [&](Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
+        fp8_load_stage<RECIPE>(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+      };
+      auto compute = [&](const Fp8Stage<TOKEN_TILES, ROW_TILES>& st) { fp8_compute_stage<RECIPE>(st, acc); };
+      pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+    }
   } else if constexpr (RECIPE == kNvfp4) {
     // Lane (g, t) loads the 16 bytes (32-K block t of the step) of each of its rows and tokens.
     const u8* w_ptr[ROW_TILES][2];
@@ -622,6 +688,28 @@ __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WA
     for (int s = 0; s < k_splits; ++s) sum += __ldcg(partials + ((long long)s * M + m) * N + row0 + r);
     store_out<OUT>(c, (long long)m * ldc + row0 + r, sum * out_scale);
   }
+}
+
+template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
+__global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WARPS * 32))
+    gemv_decode(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
+                const void* __restrict__ b_scales, const float* __restrict__ alpha, void* __restrict__ c, int M,
+                int N, int K, int ldc, int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
+  gemv_decode_body<RECIPE, OUT, TOKEN_TILES, WARPS, ROW_TILES, false>(a_codes, a_scales, b_codes, b_scales, alpha, c, M,
+                                                                      N, K, ldc, k_splits, partials, tile_counters);
+}
+
+// The 16-token variant holds 32 more registers of raw BF16 per stage: the 256-thread bound (the
+// ROW_TILES = 4 one) instead of spilling.
+template <int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
+__global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 || TOKEN_TILES == 2 ? 256 : 384) / (WARPS * 32))
+    gemv_decode_mxfp8_bf16(const __nv_bfloat16* __restrict__ x, const void* __restrict__ unused,
+                           const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
+                           const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
+                           int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
+  gemv_decode_body<kMxfp8, OUT, TOKEN_TILES, WARPS, ROW_TILES, true>(reinterpret_cast<const u8*>(x), unused, b_codes,
+                                                                     b_scales, alpha, c, M, N, K, ldc, k_splits,
+                                                                     partials, tile_counters);
 }
 
 }  // namespace gemm

@@ -50,15 +50,13 @@ SK_DEVICE u8 mxfp8_block_scale(float amax) {
   return amax == 0.0f ? u8(127) : e8m0_ceil_pow2(mul_rn(amax, kMxfp8InvE4m3Max));
 }
 
-// Quantize chunk c (8 values, a quarter of a 32-value block held by lanes c^1, c^2, c^3 of the
-// same warp). All 32 lanes must call it together (full-mask shuffles); `valid` says whether c is
-// a real chunk (a quad agrees: the chunk count is a multiple of 4). Lane c % 4 == 0 stores the
-// scale.
-template <typename T, int LAYOUT, int CVT>
-SK_DEVICE void mxfp8_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chunks_per_row,
-                                    FastDiv row_div, u8* __restrict__ values,
-                                    u8* __restrict__ scales_swizzled,
-                                    u8* __restrict__ scales_rows) {
+// Quantize 8 values (a quarter of a 32-value block whose other quarters are held by lanes
+// lane^1, lane^2, lane^3 of the same warp): returns the 8 E4M3 codes (x: values 0..3, y: 4..7,
+// lower value in the lower byte) and the block's UE8M0 scale in `scale`. All 32 lanes must call
+// it together (full-mask shuffles). Shared with the fused decode GEMM (gemm/gemv_decode.cuh,
+// gemv_decode_mxfp8_bf16), which therefore sees exactly this op's codes and scales.
+template <typename T, int CVT>
+SK_DEVICE uint2 mxfp8_quantize8(const uint4& raw, u8& scale) {
   float v[8];
   widen8<T>(raw, v);
   // max.f32 drops NaN and keeps Inf: the reference's "max |x| over the non-NaN x".
@@ -67,14 +65,26 @@ SK_DEVICE void mxfp8_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chu
   for (int i = 0; i < 8; i++) amax = max_f32(amax, fabs_f32(v[i]));
   amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
   amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-  const u8 scale = mxfp8_block_scale(amax);
+  scale = mxfp8_block_scale(amax);
   const float inv = e8m0_reciprocal(scale);  // a power of two: x * inv is exact unless tiny
   float q[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], inv);
+  return make_uint2(pack_e4m3x4<CVT>(q[0], q[1], q[2], q[3]), pack_e4m3x4<CVT>(q[4], q[5], q[6], q[7]));
+}
+
+// Quantize chunk c (8 values, lanes c^1, c^2, c^3 hold the rest of its block) and store it. All
+// 32 lanes must call it together; `valid` says whether c is a real chunk (a quad agrees: the
+// chunk count is a multiple of 4). Lane c % 4 == 0 stores the scale.
+template <typename T, int LAYOUT, int CVT>
+SK_DEVICE void mxfp8_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chunks_per_row,
+                                    FastDiv row_div, u8* __restrict__ values,
+                                    u8* __restrict__ scales_swizzled,
+                                    u8* __restrict__ scales_rows) {
+  u8 scale;
+  const uint2 codes = mxfp8_quantize8<T, CVT>(raw, scale);
   if (!valid) return;
-  *reinterpret_cast<uint2*>(values + i64(c) * 8) =
-      make_uint2(pack_e4m3x4<CVT>(q[0], q[1], q[2], q[3]), pack_e4m3x4<CVT>(q[4], q[5], q[6], q[7]));
+  *reinterpret_cast<uint2*>(values + i64(c) * 8) = codes;
   if ((c & 3u) == 0)
     store_block_scale<LAYOUT, 4>(scales_swizzled, scales_rows, c, chunks_per_row, row_div,
                                  (chunks_per_row / 4 + 3) / 4, scale);

@@ -258,6 +258,97 @@ Test(gpu_gemm, mxfp8_linear_matches_quantize_then_reference, .init = setup, .fin
   free(x); free(xc); free(xs); free(wc); free(wsc); free(ref); free(abs_sum); free(got);
 }
 
+/* gemm.mxfp8_linear at M <= 16 quantizes the BF16 tokens inside the decode kernel (the
+ * quantization.mxfp8 op's device function on the same 32-element blocks): its output must equal
+ * the quantization.mxfp8 op + sk_gemm_mm (same workspace rule, hence the same k_splits) bit for
+ * bit, and the double reference on the quantized operands within tolerance. Rows: Gaussian with
+ * outliers, an all-zero row, a row with one zero block and one huge outlier. */
+static void check_linear_fused(size_t m, size_t n, size_t k, int o, skref_rng *qr, uint64_t *rng, uint64_t seed) {
+  uint16_t *x = malloc(m * k * 2);
+  skref_fill_normal(qr, x, m * k, SKREF_BF16, 1.0f, 0.002, 100.0f);
+  if (m > 2) {
+    memset(x + k, 0, k * 2);                          /* row 1: zeros (scale 127) */
+    memset(x + 2 * k + 32, 0, 64);                    /* row 2: block 1 zero */
+    x[2 * k + 100] = 0x4B80;                          /* row 2: 2^24, an outlier in block 3 */
+  }
+  uint8_t *xc = malloc(m * k), *xs = malloc(skref_swizzled_scale_bytes(m, k / 32));
+  cr_assert_eq(skref_quantize_mxfp8(x, SKREF_BF16, m, k, k, xc, xs, NULL), 0);
+  uint8_t *wc = malloc(n * k);
+  void *wsc = malloc(skref_gemm_scale_bytes(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k));
+  skref_gemm_random_operand(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, rng, wc, wsc);
+  skref_gemm_operand oa = {SKREF_GEMM_MXFP8, SKREF_GEMM_A, m, k, xc, xs}, ob = {SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, wc, wsc};
+  double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
+  skref_gemm(&oa, &ob, 1.0, ref, abs_sum);
+  dev_operand dw;
+  upload_operand(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, wc, wsc, &dw);
+  const size_t ob_sz = o == 2 ? 4 : 2, swz = sk_swizzled_scale_bytes((int64_t)m, (int64_t)k / 32);
+  void *dx, *dq, *dqs, *d1, *d2, *ws1, *ws2;
+  CUDA_OK(cudaMalloc(&dx, m * k * 2));
+  CUDA_OK(cudaMemcpy(dx, x, m * k * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc(&dq, m * k));
+  CUDA_OK(cudaMalloc(&dqs, swz));
+  CUDA_OK(cudaMalloc(&d1, m * n * ob_sz));
+  CUDA_OK(cudaMalloc(&d2, m * n * ob_sz));
+  CUDA_OK(cudaMemset(d1, 0xff, m * n * ob_sz));
+  CUDA_OK(cudaMemset(d2, 0xfe, m * n * ob_sz));
+  /* Fused path: the linear op's workspace (K-split partials only at M <= 16, maybe 0 bytes). */
+  const size_t wsb1 = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k), wsb2 = sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
+  cr_assert_eq(wsb1, wsb2, "M <= 16: the linear op needs exactly mm's workspace");
+  CUDA_OK(cudaMalloc(&ws1, wsb1 ? wsb1 : 256));
+  CUDA_OK(cudaMalloc(&ws2, wsb2 ? wsb2 : 256));
+  CUDA_OK(cudaMemset(ws1, 0, wsb1 ? wsb1 : 256));
+  CUDA_OK(cudaMemset(ws2, 0, wsb2 ? wsb2 : 256));
+  int64_t xshape[2] = {(int64_t)m, (int64_t)k}, os[2] = {(int64_t)m, (int64_t)n}, sshape[1] = {(int64_t)swz};
+  DLTensor tx = tu_device_tensor(dx, out_dt[0], 2, xshape), t1 = tu_device_tensor(d1, out_dt[o], 2, os),
+           t2 = tu_device_tensor(d2, out_dt[o], 2, os), tq = tu_device_tensor(dq, U8, 2, xshape),
+           tqs = tu_device_tensor(dqs, U8, 1, sshape);
+  SK_OK_OR_FAIL(sk_gemm_mxfp8_linear(&tx, &dw.tc, &dw.ts, NULL, &t1, wsb1 ? ws1 : NULL, wsb1, NULL));
+  /* Two launches: quantization.mxfp8 (the op) then mm. */
+  sk_quant_caps caps = {SK_DTYPE_BF16, (int64_t)k, (int64_t)m, SK_SCALES_SWIZZLED, SK_GLOBAL_SCALE_GIVEN, SK_PATH_AUTO, NULL};
+  sk_quant_plan *plan;
+  SK_OK_OR_FAIL(sk_mxfp8_plan_create(&caps, &plan));
+  sk_binding b;
+  SK_OK_OR_FAIL(sk_mxfp8_bind(plan, &tx, &tq, &tqs, NULL, NULL, 0, &b));
+  SK_OK_OR_FAIL(sk_quant_run(plan, &b, NULL));
+  sk_quant_plan_destroy(plan);
+  SK_OK_OR_FAIL(sk_gemm_mm(SK_GEMM_MXFP8, &tq, &tqs, &dw.tc, &dw.ts, NULL, &t2, wsb2 ? ws2 : NULL, wsb2, NULL));
+  CUDA_OK(cudaDeviceSynchronize());
+  uint8_t *g1 = malloc(m * n * ob_sz), *g2 = malloc(m * n * ob_sz);
+  CUDA_OK(cudaMemcpy(g1, d1, m * n * ob_sz, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(g2, d2, m * n * ob_sz, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < m * n; i++) {
+    if (memcmp(g1 + i * ob_sz, g2 + i * ob_sz, ob_sz)) {
+      GEMM_FAIL("mxfp8_linear M=%zu N=%zu K=%zu out=%d: out[%zu] fused != quantize+mm", m, n, k, o, i);
+      continue;
+    }
+    const double g = skref_gemm_load_out((skref_gemm_out)o, g1, i),
+                 tol = skref_gemm_tolerance((skref_gemm_out)o, ref[i], abs_sum[i], k);
+    if (!(fabs(g - ref[i]) <= tol))
+      GEMM_FAIL("mxfp8_linear M=%zu N=%zu K=%zu out=%d: out[%zu] = %.9g, ref %.9g", m, n, k, o, i, g, ref[i]);
+  }
+  (void)seed;
+  free_operand(&dw);
+  CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dq)); CUDA_OK(cudaFree(dqs)); CUDA_OK(cudaFree(d1)); CUDA_OK(cudaFree(d2));
+  CUDA_OK(cudaFree(ws1)); CUDA_OK(cudaFree(ws2));
+  free(x); free(xc); free(xs); free(wc); free(wsc); free(ref); free(abs_sum); free(g1); free(g2);
+}
+
+Test(gpu_gemm, mxfp8_linear_fused_decode_bitwise_equals_quantize_then_mm, .init = setup, .fini = teardown, .timeout = 900) {
+  uint64_t seed = skref_test_seed("gpu mxfp8_linear fused"), rng = seed;
+  skref_rng qr;
+  skref_rng_seed(&qr, seed);
+  /* Every M; K = 9 steps (uneven warp/split shares, every 32-K block boundary); N not a multiple
+   * of the 32-row block. Then real shapes (split-K), every output type, a 1-step K. */
+  for (size_t m = 1; m <= 16; m++) check_linear_fused(m, 200, 1152, 0, &qr, &rng, seed);
+  check_linear_fused(3, 4096, 7168, 0, &qr, &rng, seed);
+  check_linear_fused(9, 5120, 2944, 0, &qr, &rng, seed);
+  check_linear_fused(16, 4096, 7168, 0, &qr, &rng, seed);
+  check_linear_fused(1, 28672, 4096, 0, &qr, &rng, seed);
+  check_linear_fused(5, 77, 128, 1, &qr, &rng, seed);
+  check_linear_fused(16, 300, 1024, 2, &qr, &rng, seed);
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
 Test(gpu_gemm, graph_replay_after_prewarm_and_freeze, .init = setup, .fini = teardown) {
   uint64_t seed = skref_test_seed("gpu gemm graph"), rng = seed;
   const size_t m = 1, n = 4096, k = 4096;

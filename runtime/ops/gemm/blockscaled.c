@@ -212,6 +212,20 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
   }
 }
 
+/* gemm.mxfp8_linear: at M <= 16 the decode kernel with the activation quantizer fused in
+ * (gemv_decode_mxfp8_bf16: BF16 tokens quantized in the warp by quantization.mxfp8's device
+ * function; same geometry, k_splits and MMA order as the mxfp8 decode kernel, so bitwise equal to
+ * quantize + mm). Larger M: quantizer launch + the mm kernel gemm_config picks. */
+static void linear_config(int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
+  gemm_config(SK_GEMM_MXFP8, out, m, n, arch, c);
+  if (c->path != PATH_DECODE) return;
+  const decode_cfg d = decode_config();
+  snprintf(c->name, sizeof c->name, "sk::gemm::gemv_decode_mxfp8_bf16<%d, %d, %d, %d>", out, m <= 8 ? 1 : 2, d.warps,
+           d.row_tiles);
+  snprintf(c->params, sizeof c->params, "recipe=mxfp8 out=%s decode tokens<=%d in=bf16 fused-quant", out_names[out],
+           m <= 8 ? 8 : 16);
+}
+
 /* The arch one-shot calls target: the current device's, looked up once per process (a process
  * driving GPUs of different archs should use explicit archs with sk_gemm_prewarm). */
 static char device_arch_cache[SK_MAX_ARCH];
@@ -349,12 +363,14 @@ static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe
   return sk_kernel_launch(kern, cfg->grid, cfg->block, cfg->smem, stream, args);
 }
 
-static sk_status launch(sk_gemm_recipe r, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
+/* fused: gemm.mxfp8_linear's decode kernel (linear_config), x->ac holding BF16 tokens. */
+static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
   SK_TRY(check_tile_override());
   const char *arch;
   SK_TRY(device_arch(&arch));
   gemm_cfg cfg;
-  gemm_config(r, x->out, x->m, x->n, arch, &cfg);
+  if (fused) linear_config(x->out, x->m, x->n, arch, &cfg);
+  else gemm_config(r, x->out, x->m, x->n, arch, &cfg);
   sk_kernel *kern;
   SK_TRY(resolve_cfg(&cfg, arch, &kern));
   return launch_cfg(kern, &cfg, r, x, workspace, ws_bytes, stream);
@@ -365,7 +381,7 @@ SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, cons
                             const DLTensor *c, void *workspace, size_t workspace_bytes, void *stream) {
   mm_args x;
   SK_TRY(validate(recipe, a_codes, a_scales, b_codes, b_scales, alpha, c, &x));
-  return launch(recipe, &x, workspace, workspace_bytes, stream);
+  return launch(recipe, false, &x, workspace, workspace_bytes, stream);
 }
 
 SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
@@ -445,9 +461,11 @@ static size_t mxfp8_act_bytes(int64_t m, int64_t k) {
   return (codes + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (scales + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
 }
 
+/* M <= 16 quantizes in the decode kernel: only its K-split partials (0 bytes when it does not
+ * split). */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k) {
   if (m < 1 || n < 1 || k < 128 || k % 128) return 0;
-  return mxfp8_act_bytes(m, k) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
+  return (m <= DECODE_MAX_M ? 0 : mxfp8_act_bytes(m, k)) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
 }
 
 SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
@@ -463,15 +481,25 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "gemm.mxfp8_linear: w_codes must be uint8 [N, K]");
   const int64_t n = w_codes->shape[0];
   const size_t need = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k);
-  if (!workspace || workspace_bytes < need || (uintptr_t)workspace % WS_ALIGN)
+  if (need && (!workspace || workspace_bytes < need || (uintptr_t)workspace % WS_ALIGN))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
-                        "gemm.mxfp8_linear: workspace must be %zu bytes, 256-byte aligned (the quantized activations)",
-                        need);
-  /* The activation quantizer is the quantization.mxfp8 kernel (the same rule as upstream's
-   * quantize_mxfp8_rows), resolved like any one-shot kernel on first use. */
+                        "gemm.mxfp8_linear: workspace must be %zu bytes, 256-byte aligned (%s)", need,
+                        m <= DECODE_MAX_M ? "K-split partials" : "the quantized activations");
   sk_tensor_spec xs = {"x", SK_DL_BF16, 2, {m, k}, 16};
   void *px;
   SK_TRY(sk_check_tensor("gemm.mxfp8_linear", x, &xs, &px));
+  if (m <= DECODE_MAX_M) {
+    /* Fused: validated as mm with x standing in for the MXFP8 codes and scales (same rows, K and
+     * alignment); the kernel reads the BF16 x and never the scales. */
+    int64_t cshape[2] = {m, k}, sshape[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 32)};
+    DLTensor tc = {px, x->device, 2, SK_DL_U8, cshape, NULL, 0}, ts = {px, x->device, 1, SK_DL_U8, sshape, NULL, 0};
+    mm_args a;
+    SK_TRY(validate(SK_GEMM_MXFP8, &tc, &ts, w_codes, w_scales, alpha, out, &a));
+    a.as = NULL;
+    return launch(SK_GEMM_MXFP8, true, &a, workspace, workspace_bytes, stream);
+  }
+  /* The activation quantizer is the quantization.mxfp8 kernel (the same rule as upstream's
+   * quantize_mxfp8_rows), resolved like any one-shot kernel on first use. */
   sk_kernel_request qr = {"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
                           NULL, NULL, 0, 0};
   sk_kernel *qk;
@@ -514,6 +542,7 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
   const cJSON *rj = cJSON_GetObjectItemCaseSensitive(j, "recipe"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out"),
               *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *mj = cJSON_GetObjectItemCaseSensitive(j, "m");
   int r = forced, o = 0;
+  bool quantizer = false;
   if (forced >= 0 && rj) return sk_set_error(SK_ERR_MANIFEST, "caps.recipe: this op's recipe is fixed");
   for (int i = 0; forced < 0 && cJSON_IsString(rj) && i < 5; i++)
     if (!strcmp(rj->valuestring, recipe_names[i])) r = i;
@@ -532,12 +561,14 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
       return sk_set_error(SK_ERR_MANIFEST, "caps.m: M values must be whole numbers in [1, 2^31)");
     const int64_t m = (int64_t)it->valuedouble;
     gemm_cfg cfg;
-    gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, arch, &cfg);
+    if (forced == SK_GEMM_MXFP8) linear_config(o, m, (int64_t)nj->valuedouble, arch, &cfg);
+    else gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, arch, &cfg);
+    quantizer = quantizer || (forced == SK_GEMM_MXFP8 && m > DECODE_MAX_M); /* M <= 16 quantizes in the kernel */
     if (!sk_find_embedded_source(cfg.source)) continue; /* a kernel this build lacks */
     sk_kernel_request req = {OP, cfg.source, cfg.name, cfg.params, arch, NULL, 0, 0};
     SK_TRY(sk_request_list_add(out, &req));
   }
-  if (forced == SK_GEMM_MXFP8) {
+  if (quantizer) {
     sk_kernel_request q = {"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
                            arch, NULL, 0, 0};
     SK_TRY(sk_request_list_add(out, &q));
