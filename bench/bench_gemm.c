@@ -4,6 +4,7 @@
  * Prefill (M = 2048, 4096, 8192; only when the tiled kernel is in the build): TFLOP/s.
  * Weights rotate over 3 copies so the 60 MB L2 cannot serve them. Random operands (never zeros).
  * CUDA events around 50 calls after warm-up, median of 5 rounds.
+ * Also times gemm.mxfp8_linear (BF16 activations, fused quantization) at M = 1 and 16.
  * SK_BENCH_DECODE_ONLY=1 skips the prefill rows; SK_BENCH_M=1,16 keeps only those M values. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,73 @@ static void *dev_random(size_t bytes, uint64_t *rng, int scale_like) {
   CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
   free(h);
   return d;
+}
+
+/* gemm.mxfp8_linear (BF16 activations quantized inside the op) at decode sizes: one fused launch
+ * for M <= 16. Bytes = BF16 activations + weight codes + scales + output. */
+static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, uint64_t *rng, FILE *json, int *first) {
+  const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}};
+  const int64_t ms[] = {1, 16};
+  for (int si = 0; si < 3; si++)
+    for (int mi = 0; mi < 2; mi++) {
+      const int64_t n = shapes[si][0], k = shapes[si][1], m = ms[mi];
+      if (!bench_keep("SK_BENCH_M", m)) continue;
+      const size_t bscales = sk_swizzled_scale_bytes(n, k / 32);
+      void *w[3], *ws[3], *x = dev_random((size_t)(m * k * 2), rng, 1) /* bf16 bit patterns 0x3?3?: finite, O(1) */,
+                         *c, *work = NULL;
+      for (int i = 0; i < 3; i++) {
+        w[i] = dev_random((size_t)(n * k), rng, 0);
+        ws[i] = dev_random(bscales, rng, 1);
+      }
+      CK(cudaMalloc(&c, (size_t)(m * n * 2)));
+      const size_t wsb = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k);
+      if (wsb) {
+        CK(cudaMalloc(&work, wsb));
+        CK(cudaMemset(work, 0, wsb));
+      }
+      int64_t xs[2] = {m, k}, wcs[2] = {n, k}, wss[1] = {(int64_t)bscales}, cs[2] = {m, n};
+      DLDataType u8 = {kDLUInt, 8, 1}, bf = {kDLBfloat, 16, 1};
+      DLTensor tx = tu_device_tensor(x, bf, 2, xs), tc = tu_device_tensor(c, bf, 2, cs), tw[3], tws[3];
+      for (int i = 0; i < 3; i++) {
+        tw[i] = tu_device_tensor(w[i], u8, 2, wcs);
+        tws[i] = tu_device_tensor(ws[i], u8, 1, wss);
+      }
+      int bad = 0;
+      for (int i = 0; i < 6 && !bad; i++)
+        bad = sk_gemm_mxfp8_linear(&tx, &tw[i % 3], &tws[i % 3], NULL, &tc, work, wsb, s) != SK_OK;
+      if (bad) {
+        printf("| mxfp8_linear | %lld | %lld | %lld | error: %s |\n", (long long)m, (long long)n, (long long)k,
+               sk_last_error_message());
+      } else {
+        float rounds[5];
+        for (int rd = 0; rd < 5; rd++) {
+          CK(cudaEventRecord(e0, s));
+          for (int i = 0; i < 50; i++) sk_gemm_mxfp8_linear(&tx, &tw[i % 3], &tws[i % 3], NULL, &tc, work, wsb, s);
+          CK(cudaEventRecord(e1, s));
+          CK(cudaEventSynchronize(e1));
+          CK(cudaEventElapsedTime(&rounds[rd], e0, e1));
+        }
+        CK(cudaGetLastError());
+        qsort(rounds, 5, sizeof(float), bench_cmp_float);
+        const double us = rounds[2] * 1e3 / 50;
+        const double bytes = (double)(n * k) + (double)bscales + (double)(m * k * 2) + (double)(m * n * 2);
+        const double gbs = bytes / (us * 1e-6) / 1e9;
+        printf("| mxfp8_linear (bf16 x) | %lld | %lld | %lld | %.2f | %.0f | %.0f%% | %.1f |\n", (long long)m, (long long)n,
+               (long long)k, us, gbs, gbs / 43, 2.0 * m * n * k / (us * 1e-6) / 1e12);
+        if (json)
+          fprintf(json, "%s\n {\"recipe\":\"mxfp8_linear\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f}",
+                  *first ? "" : ",", (long long)m, (long long)n, (long long)k, us, gbs);
+        *first = 0;
+      }
+      fflush(stdout);
+      CK(cudaFree(x));
+      CK(cudaFree(c));
+      if (work) CK(cudaFree(work));
+      for (int i = 0; i < 3; i++) {
+        CK(cudaFree(w[i]));
+        CK(cudaFree(ws[i]));
+      }
+    }
 }
 
 static const char *names[] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
@@ -137,6 +205,7 @@ int main(void) {
         CK(cudaFree(c));
         if (ws) CK(cudaFree(ws));
       }
+  bench_mxfp8_linear(s, e0, e1, &rng, json, &first);
   if (json) {
     fprintf(json, "\n]}\n");
     fclose(json);
