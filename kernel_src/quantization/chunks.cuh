@@ -1,107 +1,87 @@
-// Work split shared by the row quantizers (quantization/nvfp4.cuh, quantization/mxfp8.cuh).
-//
-// The input [M, K] is cut into 8-element chunks (one 16-byte load), numbered row-major:
-// chunk c is row c / (K/8), elements 8 * (c % (K/8)) ... + 7. M*K <= 2^34 keeps c < 2^31.
-// A CTA of kQuantThreads threads walks "steps": in the step at (CTA-uniform) base b, thread t
-// owns the chunks b + t + j * G for j < kQuantChunksPerThread, G = gridDim.x * kQuantThreads,
-// and the next step starts at b + kQuantChunksPerThread * G. So:
-//  * each load instruction of a warp reads 512 contiguous bytes (coalesced);
-//  * a thread issues all kQuantChunksPerThread loads before any arithmetic (bytes in flight
-//    per thread x4, which the one-chunk-per-thread grid lacked);
-//  * chunk c and c ^ 1, c ^ 2, c ^ 3 are lanes of one warp (b and G are multiples of 256), so
-//    an NVFP4 block is a lane pair and an MXFP8 block a lane quad, as before;
-//  * any grid works; a grid of ceil(chunks / 256) blocks is the old one chunk per thread
-//    (j >= 1 all out of range), ceil(chunks / (256 * 4)) four per thread (the host's choice for
-//    large tensors, quant_grid in runtime/ops/quantization/quant_common.c).
+// Per-thread chunk walk of the row quantizers (quantization/nvfp4.cuh, quantization/mxfp8.cuh):
+// the work split of quantization/split.cuh, with running pointers. M*K <= 2^34 keeps chunk
+// indices (and row-major offsets / cpr) below 2^31.
 #pragma once
 #include "common/defs.cuh"
 #include "common/scale_layout.cuh"
+#include "quantization/split.cuh"
 
 namespace sk {
 namespace quant {
 
-constexpr int kQuantThreads = 256;
-constexpr int kQuantChunksPerThread = 4;
+constexpr int kQuantThreads = SK_QSPLIT_THREADS;
+constexpr int kQuantChunksPerThread = SK_QSPLIT_PER_STEP;
 
-// n / d for n < 2^31 by one multiply-high and a shift: m = ceil(2^(31+l) / d), l = ceil(log2 d)
-// (m < 2^32), q = umulhi(2n, m) >> l. Exact: m*d - 2^(31+l) < d, so the error of n*m/2^(31+l)
-// is below n/2^(31+l) < 2^-l <= 1/d, too small to reach the next integer.
-struct FastDiv {
-  u32 magic, shift;
-};
-SK_DEVICE FastDiv make_fast_div(u32 d) {
-  const u32 l = d == 1 ? 0u : 32u - u32(__clz(d - 1u));
-  return {u32(((1ull << (31 + l)) + d - 1u) / d), l};
-}
-SK_DEVICE u32 fast_div(u32 n, FastDiv f) { return __umulhi(n << 1, f.magic) >> f.shift; }
-
-struct ChunkGrid {
-  u32 chunks_per_row, chunks;
-  int ld_x;
-  bool dense;  // ld_x == K: chunk c is at x + 8c, no division needed to load it
-  SK_DEVICE ChunkGrid(int M, int K, int ld)
-      : chunks_per_row(u32(K) / 8u), chunks(u32(M) * (u32(K) / 8u)), ld_x(ld), dense(ld == K) {}
-
-  template <typename T>
-  SK_DEVICE uint4 load(const T* __restrict__ x, u32 c) const {
-    if (dense) return __ldg(reinterpret_cast<const uint4*>(x) + c);
-    const u32 row = c / chunks_per_row, col = c - row * chunks_per_row;
-    return __ldg(reinterpret_cast<const uint4*>(x + i64(row) * ld_x + col * 8));
-  }
+// The CTA's share of the split (CTA-uniform).
+struct CtaSplit {
+  int blocks, bands, lanes, lane, block, block_stride;
+  SK_DEVICE CtaSplit(int M, int cpr)
+      : blocks(sk_qsplit_offset_blocks(M, cpr)),
+        bands(sk_qsplit_bands(M)),
+        lanes(sk_qsplit_lanes(int(gridDim.x), blocks, bands)),
+        lane(sk_qsplit_lane(int(blockIdx.x), blocks)),
+        block(sk_qsplit_first_block(int(blockIdx.x), blocks)),
+        block_stride(sk_qsplit_block_stride(int(gridDim.x), blocks)) {}
+  SK_DEVICE bool has_chunks() const { return lane < lanes; }
 };
 
-// One thread's chunks of one step: offsets from the step base (0xFFFFFFFF: past any tensor),
-// and the loaded data.
-template <typename T>
-struct ChunkGroup {
-  u32 offset[kQuantChunksPerThread];
+// One thread's walk of offset 256 * block + threadIdx.x through bands lane, lane + lanes, ...
+// `x` points at the next chunk to load; `values`, `scales_rows`, `scales_swizzled` and `row`
+// belong to the next chunk to store. VALUE_BYTES per chunk (4 NVFP4, 8 MXFP8); a scale
+// block is BLOCK_CHUNKS chunks (2, 4).
+template <typename T, int LAYOUT, int VALUE_BYTES, int BLOCK_CHUNKS>
+struct ChunkWalk {
+  const T* x;
+  u8* values;
+  u8* scales_rows;
+  u8* scales_swizzled;
+  u32 row;
+  // Per-chunk strides (CTA-uniform).
+  i64 x_stride, chunk_stride, swizzled_stride;
+  u32 row_stride;
   uint4 raw[kQuantChunksPerThread];
 
-  SK_DEVICE ChunkGroup() {
-    const u64 grid_threads = u64(gridDim.x) * kQuantThreads;
+  // Start at offset block `block` (band `lane`). One division per thread and block.
+  SK_DEVICE void start(const T* __restrict__ x0, int ld_x, int cpr, int k_tiles, u8* __restrict__ values0,
+                       u8* __restrict__ rows0, u8* __restrict__ swizzled0, const CtaSplit& s, int block) {
+    const u32 offset = sk_qsplit_offset(block, int(threadIdx.x));
+    row = sk_qsplit_first_row(offset, u32(cpr), s.lane);
+    const u32 col = offset % u32(cpr);
+    const i64 chunk = i64(row) * cpr + col;
+    x = x0 + i64(row) * ld_x + col * 8;
+    values = values0 + chunk * VALUE_BYTES;
+    scales_rows = rows0 + chunk / BLOCK_CHUNKS;
+    scales_swizzled = swizzled0 + sk_qsplit_swizzled_offset(row, col / BLOCK_CHUNKS, u32(k_tiles));
+    x_stride = sk_qsplit_x_stride(s.lanes, ld_x);
+    chunk_stride = sk_qsplit_chunk_stride(s.lanes, cpr);
+    swizzled_stride = sk_qsplit_swizzled_stride(s.lanes, u32(k_tiles));
+    row_stride = sk_qsplit_row_stride(s.lanes);
+  }
+  // Load the step's chunks (zeros past M) and move x to the next step.
+  SK_DEVICE void load(u32 M) {
 #pragma unroll
     for (int j = 0; j < kQuantChunksPerThread; j++) {
-      const u64 off = threadIdx.x + j * grid_threads;
-      offset[j] = off < (1ull << 31) ? u32(off) : 0xFFFFFFFFu;
+      raw[j] = row + j * row_stride < M ? __ldg(reinterpret_cast<const uint4*>(x)) : make_uint4(0u, 0u, 0u, 0u);
+      x += x_stride;
     }
   }
-  SK_DEVICE static u64 step(u64 base) {
-    return base + u64(gridDim.x) * kQuantThreads * kQuantChunksPerThread;
-  }
-  // Chunk j of the step at `base` (< chunks), and whether it exists.
-  SK_DEVICE bool valid(const ChunkGrid& g, u32 base, int j) const {
-    return offset[j] < g.chunks - base;
-  }
-  SK_DEVICE void load(const T* __restrict__ x, const ChunkGrid& g, u32 base) {
-#pragma unroll
-    for (int j = 0; j < kQuantChunksPerThread; j++)
-      raw[j] = valid(g, base, j) ? g.load(x, base + offset[j]) : make_uint4(0u, 0u, 0u, 0u);
+  // Store the next chunk's values and its block's scale (if it exists), then move to the chunk after.
+  template <typename V>
+  SK_DEVICE void store(u32 M, const V& v, u8 scale, bool scale_lane) {
+    static_assert(sizeof(V) == VALUE_BYTES, "one chunk of values");
+    if (row < M) {
+      *reinterpret_cast<V*>(values) = v;
+      if (scale_lane) {
+        if constexpr ((LAYOUT & kScalesRowMajor) != 0) *scales_rows = scale;
+        if constexpr ((LAYOUT & kScalesSwizzled) != 0) *scales_swizzled = scale;
+      }
+    }
+    values += chunk_stride * VALUE_BYTES;
+    scales_rows += chunk_stride / BLOCK_CHUNKS;
+    scales_swizzled += swizzled_stride;
+    row += row_stride;
   }
 };
-
-// Store the scale of block column kcol = col / BLOCK_CHUNKS of chunk c's row (c = row * cpr + col,
-// any chunk of the block: all give the same addresses) into the selected layouts. Row-major index row * (cpr / BLOCK_CHUNKS)
-// + kcol is just c / BLOCK_CHUNKS; the swizzled one needs the row (fast_div).
-template <int LAYOUT, int BLOCK_CHUNKS>
-SK_DEVICE void store_block_scale(u8* __restrict__ swizzled, u8* __restrict__ rows, u32 c, u32 cpr,
-                                 FastDiv row_div, u32 k_tiles, u8 scale);
-
-// Scale byte offsets of block column `kcol` of row `row`: the 128x4 swizzled layout
-// (common/scale_layout.cuh), spelled out with shifts and masks for the kernels' hot loop.
-SK_DEVICE i64 swizzled_offset_fast(u32 row, u32 kcol, u32 k_tiles) {
-  const u32 inner = ((row << 4) & 0x1F0u) | ((row >> 3) & 0xCu) | (kcol & 3u);  // (m%32)*16 + (m%128/32)*4 + k%4
-  return (i64((row >> 7)) * k_tiles + (kcol >> 2)) * 512 + inner;
-}
-
-template <int LAYOUT, int BLOCK_CHUNKS>
-SK_DEVICE void store_block_scale(u8* __restrict__ swizzled, u8* __restrict__ rows, u32 c, u32 cpr,
-                                 FastDiv row_div, u32 k_tiles, u8 scale) {
-  if constexpr ((LAYOUT & kScalesRowMajor) != 0) rows[c / BLOCK_CHUNKS] = scale;
-  if constexpr ((LAYOUT & kScalesSwizzled) != 0) {
-    const u32 row = fast_div(c, row_div), kcol = (c - row * cpr) / BLOCK_CHUNKS;
-    swizzled[swizzled_offset_fast(row, kcol, k_tiles)] = scale;
-  }
-}
 
 }  // namespace quant
 }  // namespace sk

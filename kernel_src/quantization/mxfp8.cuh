@@ -17,18 +17,17 @@
 //                      padding rows/columns are written as 0 by this kernel. Else may be null.
 //     scales_rows      LAYOUT & 2: [M, K/32] bytes, contiguous. Else may be null.
 //     blockDim (kMxfp8Threads = 256, 1, 1); no dynamic shared memory; no scratch.
-//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loop; g = ceil(max(M*K/8, P) / 256)
-//              is one chunk per thread). Each thread takes up to kQuantChunksPerThread = 4
-//              8-value chunks per step, all loaded before any arithmetic (quantization/
-//              chunks.cuh). The host (quant_grid) launches
-//              g = max(ceil(C / 4), min(C, 4 * SMs), ceil(P / 256)) with C = ceil(M*K/8 / 256)
-//              and P = sk::swizzled_padding_words(M, K/32) when LAYOUT & 1 (else 0).
+//     grid     (g, 1, 1): any g >= 1 is correct. The work split of nvfp4_rows
+//              (quantization/split.cuh: 256-chunk offset blocks of 128-row bands, each CTA one
+//              block in every L-th band, kQuantChunksPerThread = 4 chunks per step, all loaded
+//              before any arithmetic). The host (quant_rows_grid -> sk_qsplit_grid) launches
+//              about 4 chunks per thread for large tensors, one per thread for M <= 128, and at
+//              least ceil(P / 256) CTAs, P = sk::swizzled_padding_words(M, K/32) when LAYOUT & 1.
 //              One launch for any M (M = 1 included).
 // No input may alias an output. Each x element is read once.
-// Why this shape: bandwidth-bound (3 bytes per element); the old one-chunk-per-thread grid had
-// too few bytes in flight and a 32-bit division per chunk. Now four coalesced 16-byte loads per
-// thread are issued together, the block amax is max.f32 on |x|, and chunk -> row (only for the
-// swizzled scale store) is one multiply-high.
+// Why this shape: bandwidth-bound (3 bytes per element); four coalesced 16-byte loads per thread
+// are issued together, the block amax is max.f32 on |x|, and a thread's chunks are 128 L rows
+// apart in one column, so every address advances by one stride per chunk (no division).
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
@@ -73,23 +72,6 @@ SK_DEVICE uint2 mxfp8_quantize8(const uint4& raw, u8& scale) {
   return make_uint2(pack_e4m3x4<CVT>(q[0], q[1], q[2], q[3]), pack_e4m3x4<CVT>(q[4], q[5], q[6], q[7]));
 }
 
-// Quantize chunk c (8 values, lanes c^1, c^2, c^3 hold the rest of its block) and store it. All
-// 32 lanes must call it together; `valid` says whether c is a real chunk (a quad agrees: the
-// chunk count is a multiple of 4). Lane c % 4 == 0 stores the scale.
-template <typename T, int LAYOUT, int CVT>
-SK_DEVICE void mxfp8_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chunks_per_row,
-                                    FastDiv row_div, u8* __restrict__ values,
-                                    u8* __restrict__ scales_swizzled,
-                                    u8* __restrict__ scales_rows) {
-  u8 scale;
-  const uint2 codes = mxfp8_quantize8<T, CVT>(raw, scale);
-  if (!valid) return;
-  *reinterpret_cast<uint2*>(values + i64(c) * 8) = codes;
-  if ((c & 3u) == 0)
-    store_block_scale<LAYOUT, 4>(scales_swizzled, scales_rows, c, chunks_per_row, row_div,
-                                 (chunks_per_row / 4 + 3) / 4, scale);
-}
-
 template <typename T, int LAYOUT, int CVT>
 __global__ void __launch_bounds__(kMxfp8Threads)
     mxfp8_rows(const T* __restrict__ x, int ld_x, int M, int K, u8* __restrict__ values,
@@ -97,28 +79,35 @@ __global__ void __launch_bounds__(kMxfp8Threads)
   static_assert(LAYOUT >= kScalesSwizzled && LAYOUT <= kScalesBoth, "LAYOUT: 1, 2 or 3");
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   const i64 num_threads = i64(gridDim.x) * blockDim.x;
-  // Four threads per 32-value block, 8 values (one 16-byte load) each. K/8 is a multiple of 4,
-  // so a block is four aligned adjacent lanes of one warp and never straddles a row. Up to
-  // kQuantChunksPerThread chunks per thread per step, all loaded first (quantization/chunks.cuh).
-  const ChunkGrid g(M, K, ld_x);
-  __shared__ FastDiv shared_row_div;
-  ChunkGroup<T> grp;
-  u64 step_base = u64(blockIdx.x) * kQuantThreads;
-  const bool has_chunks = step_base < g.chunks;  // CTA-uniform
-  if (has_chunks) grp.load(x, g, u32(step_base));
-  if (threadIdx.x == 0) shared_row_div = make_fast_div(g.chunks_per_row);
-  __syncthreads();
-  const FastDiv row_div = shared_row_div;
+  // Four threads per 32-value block, 8 values (one 16-byte load) each: a block is an aligned lane
+  // quad. kQuantChunksPerThread chunks per thread per step, all loaded first, 128 * lanes rows
+  // apart (quantization/split.cuh): no division and one stride per address per chunk.
+  const int cpr = K / 8, k_tiles = swizzled_k_tiles(K / kMxfp8Block);
+  const CtaSplit split(M, cpr);
+  ChunkWalk<T, LAYOUT, 8, 4> walk;
+  int block = split.block, band = split.lane;
+  const bool has_chunks = split.has_chunks();  // CTA-uniform
+  const bool scale_lane = (threadIdx.x & 3u) == 0;  // the quad's first lane stores the scale
+  if (has_chunks) {
+    walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
+    walk.load(u32(M));
+  }
   while (has_chunks) {
-    const u32 base = u32(step_base);
 #pragma unroll
-    for (int j = 0; j < kQuantChunksPerThread; j++)
-      mxfp8_quantize_chunk<T, LAYOUT, CVT>(grp.raw[j], base + grp.offset[j], grp.valid(g, base, j),
-                                           g.chunks_per_row, row_div, values, scales_swizzled,
-                                           scales_rows);
-    step_base = grp.step(step_base);
-    if (step_base >= g.chunks) break;  // CTA-uniform: the shuffles see full warps
-    grp.load(x, g, u32(step_base));
+    for (int j = 0; j < kQuantChunksPerThread; j++) {
+      u8 scale;
+      const uint2 codes = mxfp8_quantize8<T, CVT>(walk.raw[j], scale);
+      walk.store(u32(M), codes, scale, scale_lane);
+    }
+    // CTA-uniform control flow: the shuffles see full warps.
+    band += kQuantChunksPerThread * split.lanes;
+    if (band >= split.bands) {
+      block += split.block_stride;
+      if (block >= split.blocks) break;
+      band = split.lane;
+      walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
+    }
+    walk.load(u32(M));
   }
   if constexpr ((LAYOUT & kScalesSwizzled) != 0)
     zero_swizzled_padding(scales_swizzled, M, K / kMxfp8Block, tid, num_threads);

@@ -31,15 +31,17 @@
 //     amax_partials, num_partials   GS_MODE 1 only (1 <= num_partials <= kMaxAmaxPartials):
 //                      the array written by nvfp4_amax_partials with grid = num_partials.
 //                      Ignored (may be null / 0) otherwise.
-//     grid     (g, 1, 1): any g >= 1 is correct (grid-stride loops). Each thread takes up to
-//              kQuantChunksPerThread = 4 8-value chunks per step, loaded before any arithmetic
-//              (quantization/chunks.cuh). The host (quant_grid) launches
-//              g = max(ceil(C / 4), min(C, 4 * SMs), ceil(P / 256)) with C = ceil(M*K/8 / 256)
-//              and P = sk::swizzled_padding_words(M, K/16) when LAYOUT & 1 (else 0): four chunks
-//              per thread for large tensors, one per thread for small ones (latency), at least
-//              one padding word per thread (for M = 1 the 127 padding rows are most of the
-//              work). GS_MODE 2: g must be 1 (else the kernel traps).
-//
+//     grid     (g, 1, 1): any g >= 1 is correct. Work split (quantization/split.cuh): bands of
+//              128 rows; CTA b takes offset block b % OB (256 consecutive chunks of a band,
+//              OB = sk_qsplit_offset_blocks(M, K/8)) in bands b / OB, + L, + 2L, ...
+//              (L = sk_qsplit_lanes(g, OB, bands)), kQuantChunksPerThread = 4 8-value chunks per
+//              step, loaded before any arithmetic; CTAs past L * OB only zero padding. The host
+//              (quant_rows_grid -> sk_qsplit_grid) launches L * OB CTAs with L about
+//              bands / chunks-per-thread (16 for nvfp4), at least min(one chunk per thread,
+//              4 CTAs per SM) worth, and at least ceil(P / 256) CTAs, P =
+//              sk::swizzled_padding_words(M, K/16) when LAYOUT & 1 (for M = 1 the 127 padding
+//              rows are most of the work). M <= 128: one chunk per thread. GS_MODE 2: g must be 1
+//              (else the kernel traps).
 //   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
 //     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
 //     min(ceil(M*K/8 / 256), 2 * SMs). CTA b writes amax_partials[b] = max |x| over the finite
@@ -50,15 +52,17 @@
 // No input may alias an output. Each x element is read once (twice with GS_MODE 1 and 2: amax
 // pass, then quantize pass). 1 KiB of static shared memory (the eff table below).
 //
-// Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element): each load is a
-// coalesced 16-byte chunk, four per thread in flight; the E2M1 encoding is the exact fast
-// software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of them in
-// ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per value
-// (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all signs,
-// instead of ~9 per value; the block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw
-// inputs; 1 / (e4m3(scale) / gs) is looked up in a per-CTA table of the 256 scale bytes (no
-// division per block); chunk -> row is one multiply-high (FastDiv) and only the swizzled scale
-// store needs it.
+// Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element, but close to the
+// instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight;
+// a thread's chunks are 128 L rows apart in one column, so its x, value and scale addresses each
+// advance by one stride per chunk (no division, no swizzle arithmetic per chunk: ~108 SASS per
+// 8-value chunk on the fast path, was ~137 with the row-major split); the E2M1 encoding is the
+// exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
+// them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
+// value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
+// signs; the block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs;
+// 1 / (e4m3(scale) / gs) is looked up in a per-CTA table of the 256 scale bytes (no division
+// per block).
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
@@ -201,10 +205,14 @@ SK_DEVICE u32 nvfp4_scale_bits(float amax, float gs, u32 scale_mask) {
   return u32(float_to_e4m3<CVT>(min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f))) & scale_mask;
 }
 
-// Quantize chunk c (8 values, half of a 16-value block) whose other half is held by the
-// adjacent lane (lane ^ 1). All 32 lanes must call it together (full-mask shuffle); `valid`
-// says whether c is a real chunk (both lanes of a block agree: the chunk count is even).
-// scale_mask: 0 if gs == 0, else 0xFF.
+// One chunk's result: its eight E2M1 codes and its block's E4M3 scale.
+struct Nvfp4Chunk {
+  u32 packed, scale;
+};
+
+// Quantize one chunk (8 values, half of a 16-value block) whose other half is held by the
+// adjacent lane (lane ^ 1). All 32 lanes must call it together (full-mask shuffle); chunks that do
+// not exist are zeros (their results are not stored). scale_mask: 0 if gs == 0, else 0xFF.
 //
 // Software E2M1 (sm_90): a fast path for warps whose blocks all have amax * eff < 7 (finite):
 // the amax is two-at-a-time on the 16-bit inputs (NaN-propagating, so a NaN fails the test),
@@ -212,11 +220,9 @@ SK_DEVICE u32 nvfp4_scale_bits(float amax, float gs, u32 scale_mask) {
 // a time (common/e2m1_fast.cuh). Other warps (a NaN or Inf in some block, a block past the
 // E2M1 range when gs is given, or a non-finite eff from an extreme gs) take the general path,
 // the same as the hardware one but for the encoder. Both are bit-exact to the reference.
-template <typename T, int LAYOUT, int CVT>
-SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chunks_per_row,
-                                    FastDiv row_div, float gs, u32 scale_mask,
-                                    const float (&eff_of_scale)[256], u8* __restrict__ values,
-                                    u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows) {
+template <typename T, int CVT>
+SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_mask,
+                                          const float (&eff_of_scale)[256]) {
   float v[8];
   widen8<T>(raw, v);
   u32 scale, packed;
@@ -247,12 +253,20 @@ SK_DEVICE void nvfp4_quantize_chunk(const uint4& raw, u32 c, bool valid, u32 chu
     scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
     packed = nvfp4_quantize8<CVT>(v, eff_of_scale[scale]);
   }
-  if (!valid) return;
-  *reinterpret_cast<u32*>(values + i64(c) * 4) = packed;
-  // Both lanes store the scale (same byte, same address: c and c ^ 1 give the same block), which
-  // is cheaper than a branch on the lane's parity.
-  store_block_scale<LAYOUT, 2>(scales_swizzled, scales_rows, c, chunks_per_row, row_div,
-                               (chunks_per_row / 2 + 3) / 4, u8(scale));
+  return {packed, scale};
+}
+
+// Store chunk c of the row-major [M, K] view (c < M * cpr) by its index: the in-CTA mode, whose
+// chunks have no fixed stride in the swizzled layout (one division per chunk; one CTA anyway).
+template <int LAYOUT>
+SK_DEVICE void nvfp4_store_chunk_at(u32 c, u32 cpr, Nvfp4Chunk q, u8* __restrict__ values,
+                                    u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows) {
+  *reinterpret_cast<u32*>(values + i64(c) * 4) = q.packed;
+  if constexpr ((LAYOUT & kScalesRowMajor) != 0) scales_rows[c / 2] = u8(q.scale);
+  if constexpr ((LAYOUT & kScalesSwizzled) != 0) {
+    const u32 row = c / cpr;
+    scales_swizzled[sk_qsplit_swizzled_offset(row, (c - row * cpr) / 2, (cpr / 2 + 3) / 4)] = u8(q.scale);
+  }
 }
 
 // GS_MODE kGlobalScaleInCta keeps the first kInCtaCachedChunks chunks of every thread in
@@ -270,20 +284,23 @@ __global__ void __launch_bounds__(kNvfp4Threads)
   static_assert(GS_MODE >= kGlobalScaleGiven && GS_MODE <= kGlobalScaleInCta, "GS_MODE: 0..2");
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   const i64 num_threads = i64(gridDim.x) * blockDim.x;
-  // Two threads per 16-value block, 8 values (one 16-byte load) each. K/8 is even, so the two
-  // halves of a block are adjacent lanes of one warp and never straddle a row.
-  const ChunkGrid g(M, K, ld_x);
+  // Two threads per 16-value block, 8 values (one 16-byte load) each: a block is a lane pair
+  // (quantization/split.cuh).
+  const int cpr = K / 8, k_tiles = swizzled_k_tiles(K / kNvfp4Block);
   __shared__ float eff_of_scale[256];
-  __shared__ FastDiv shared_row_div;
-  if (threadIdx.x == 0) shared_row_div = make_fast_div(g.chunks_per_row);
 
   if constexpr (GS_MODE != kGlobalScaleInCta) {
-    // Loads first (the global scale, its reduction and the eff table overlap them), then up
-    // to kQuantChunksPerThread chunks per thread per step, see ChunkGrid.
-    ChunkGroup<T> grp;
-    u64 step_base = u64(blockIdx.x) * kQuantThreads;
-    const bool has_chunks = step_base < g.chunks;  // CTA-uniform
-    if (has_chunks) grp.load(x, g, u32(step_base));
+    // Loads first (the global scale, its reduction and the eff table overlap them), then
+    // kQuantChunksPerThread chunks per thread per step, 128 * lanes rows apart (quantization/
+    // split.cuh): no division and one stride per address per chunk.
+    const CtaSplit split(M, cpr);
+    ChunkWalk<T, LAYOUT, 4, 2> walk;
+    int block = split.block, band = split.lane;
+    const bool has_chunks = split.has_chunks();  // CTA-uniform
+    if (has_chunks) {
+      walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
+      walk.load(u32(M));
+    }
     float gs;
     if constexpr (GS_MODE == kGlobalScaleGiven) {
       gs = __ldg(global_scale);
@@ -299,27 +316,33 @@ __global__ void __launch_bounds__(kNvfp4Threads)
     for (int s = threadIdx.x; s < 256; s += blockDim.x)
       eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
     __syncthreads();
-    const FastDiv row_div = shared_row_div;
     while (has_chunks) {
-      const u32 base = u32(step_base);
 #pragma unroll
-      for (int j = 0; j < kQuantChunksPerThread; j++)
-        nvfp4_quantize_chunk<T, LAYOUT, CVT>(grp.raw[j], base + grp.offset[j], grp.valid(g, base, j),
-                                             g.chunks_per_row, row_div, gs, scale_mask,
-                                             eff_of_scale, values, scales_swizzled, scales_rows);
-      step_base = grp.step(step_base);
-      if (step_base >= g.chunks) break;  // CTA-uniform: the shuffles see full warps
-      grp.load(x, g, u32(step_base));
+      for (int j = 0; j < kQuantChunksPerThread; j++) {
+        const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], gs, scale_mask, eff_of_scale);
+        // Both lanes of a pair store the scale (same byte, same address), cheaper than a branch.
+        walk.store(u32(M), q.packed, u8(q.scale), true);
+      }
+      // CTA-uniform control flow: the shuffles see full warps.
+      band += kQuantChunksPerThread * split.lanes;
+      if (band >= split.bands) {
+        block += split.block_stride;
+        if (block >= split.blocks) break;
+        band = split.lane;
+        walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
+      }
+      walk.load(u32(M));
     }
   } else {
     if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
-    const i64 chunks = g.chunks;
+    const i64 chunks = i64(M) * cpr;
     uint4 cached[kInCtaCachedChunks];
     u32 amax = 0;
 #pragma unroll
     for (int r = 0; r < kInCtaCachedChunks; r++) {
       const i64 c = threadIdx.x + i64(r) * blockDim.x;
-      cached[r] = c < chunks ? g.load(x, u32(c)) : make_uint4(0u, 0u, 0u, 0u);  // zeros do not change the amax
+      cached[r] = c < chunks ? load_chunk(x, ld_x, chunk_coord(c, cpr))
+                             : make_uint4(0u, 0u, 0u, 0u);  // zeros do not change the amax
       float v[8];
       widen8<T>(cached[r], v);
 #pragma unroll
@@ -334,22 +357,21 @@ __global__ void __launch_bounds__(kNvfp4Threads)
     for (int s = threadIdx.x; s < 256; s += blockDim.x)
       eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
     __syncthreads();
-    const FastDiv row_div = shared_row_div;
 #pragma unroll
     for (int r = 0; r < kInCtaCachedChunks; r++) {
       const i64 c = threadIdx.x + i64(r) * blockDim.x;
-      nvfp4_quantize_chunk<T, LAYOUT, CVT>(cached[r], u32(c), c < chunks, g.chunks_per_row,
-                                           row_div, gs, scale_mask, eff_of_scale, values,
-                                           scales_swizzled, scales_rows);
+      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(cached[r], gs, scale_mask, eff_of_scale);
+      if (c < chunks)
+        nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
     // CTA-uniform loop condition (full-mask shuffles inside).
     for (i64 base = i64(kInCtaCachedChunks) * blockDim.x; base < chunks; base += blockDim.x) {
       const i64 c = base + threadIdx.x;
       const bool valid = c < chunks;
-      nvfp4_quantize_chunk<T, LAYOUT, CVT>(valid ? g.load(x, u32(c)) : make_uint4(0u, 0u, 0u, 0u),
-                                           u32(c), valid, g.chunks_per_row, row_div, gs,
-                                           scale_mask, eff_of_scale, values, scales_swizzled,
-                                           scales_rows);
+      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(
+          valid ? load_chunk(x, ld_x, chunk_coord(c, cpr)) : make_uint4(0u, 0u, 0u, 0u), gs, scale_mask,
+          eff_of_scale);
+      if (valid) nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
   }
   if constexpr ((LAYOUT & kScalesSwizzled) != 0)

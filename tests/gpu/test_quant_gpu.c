@@ -8,6 +8,7 @@
 
 #include "gpu_util.h"
 #include "ref/skref.h"
+#include "sparkinfer/jit.h"
 #include "sparkinfer/quantization.h"
 #include "testutil.h"
 
@@ -211,6 +212,91 @@ Test(gpu_quant, multi_chunk_tails_bit_exact, .init = setup, .fini = teardown, .t
     run_case(&big8, &rng, seed);
   }
   unsetenv("SPARKINFER_QUANT_CHUNKS_PER_THREAD");
+  cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
+               case_failures);
+}
+
+/* The rows kernels launched directly: grids the host never picks (1, 2, 3, around and past the
+ * offset block count of kernel_src/quantization/split.cuh), ld_x > K, and the in-CTA global
+ * scale mode (nvfp4_rows GS_MODE 2, grid 1), against the reference with the same ld. */
+static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int layout, int gs_mode, int grid,
+                        skref_rng *rng, uint64_t seed) {
+  const int block = nvfp4 ? 16 : 32;
+  const size_t n = (size_t)m * (size_t)ld, vbytes = (size_t)m * (size_t)(nvfp4 ? k / 2 : k), cols = (size_t)(k / block);
+  const size_t swz = sk_swizzled_scale_bytes(m, (int64_t)cols), rowsz = (size_t)m * cols;
+  uint16_t *hx = malloc(n * 2);
+  skref_fill_normal(rng, hx, n, dt, 1.0f, 0.001, 1000.0f);
+  float gs = (float)(448.0 * 6.0 / (1.0 + 10.0 * skref_rng_uniform(rng))), ref_gs = 0;
+  uint8_t *rv = malloc(vbytes), *rs = malloc(swz), *rr = malloc(rowsz);
+  int rc = nvfp4 ? skref_quantize_nvfp4(hx, dt, (size_t)m, (size_t)k, (size_t)ld, gs_mode == 0 ? &gs : NULL, &ref_gs, rv,
+                                        (layout & 1) ? rs : NULL, (layout & 2) ? rr : NULL)
+                 : skref_quantize_mxfp8(hx, dt, (size_t)m, (size_t)k, (size_t)ld, rv, (layout & 1) ? rs : NULL,
+                                        (layout & 2) ? rr : NULL);
+  cr_assert_eq(rc, 0);
+  void *dx, *dv, *ds = NULL, *dr = NULL, *dgs;
+  CUDA_OK(cudaMalloc(&dx, n * 2));
+  CUDA_OK(cudaMalloc(&dv, vbytes));
+  if (layout & 1) CUDA_OK(cudaMalloc(&ds, swz));
+  if (layout & 2) CUDA_OK(cudaMalloc(&dr, rowsz));
+  CUDA_OK(cudaMalloc(&dgs, 4));
+  CUDA_OK(cudaMemcpy(dx, hx, n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dgs, &gs, 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dv, 0xA5, vbytes));
+  if (ds) CUDA_OK(cudaMemset(ds, 0xA5, swz));
+  if (dr) CUDA_OK(cudaMemset(dr, 0xA5, rowsz));
+  const char *t = dt == SKREF_BF16 ? "__nv_bfloat16" : "__half";
+  char name[160];
+  if (nvfp4) snprintf(name, sizeof name, "sk::quant::nvfp4_rows<%s, %d, %d, 1>", t, layout, gs_mode);
+  else snprintf(name, sizeof name, "sk::quant::mxfp8_rows<%s, %d, 1>", t, layout);
+  sk_kernel_request r = {nvfp4 ? "quantization.nvfp4" : "quantization.mxfp8",
+                         nvfp4 ? "quantization/nvfp4.cuh" : "quantization/mxfp8.cuh", name, "direct", NULL, NULL, 0, 0};
+  sk_kernel *kern;
+  SK_OK_OR_FAIL(sk_kernel_resolve(&r, &kern));
+  const void *px = dx, *partials = NULL;
+  int np = 0;
+  void *nargs[] = {(void *)&px, &ld, &m, &k, &dv, &ds, &dr, &dgs, (void *)&partials, &np};
+  void *margs[] = {(void *)&px, &ld, &m, &k, &dv, &ds, &dr};
+  SK_OK_OR_FAIL(sk_kernel_launch(kern, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, NULL,
+                                 nvfp4 ? nargs : margs));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  uint8_t *gv = malloc(vbytes), *gsw = malloc(swz), *grr = malloc(rowsz);
+  float got_gs;
+  CUDA_OK(cudaMemcpy(gv, dv, vbytes, cudaMemcpyDeviceToHost));
+  if (ds) CUDA_OK(cudaMemcpy(gsw, ds, swz, cudaMemcpyDeviceToHost));
+  if (dr) CUDA_OK(cudaMemcpy(grr, dr, rowsz, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&got_gs, dgs, 4, cudaMemcpyDeviceToHost));
+  const char *what = memcmp(gv, rv, vbytes)                   ? "values"
+                     : ds && memcmp(gsw, rs, swz)              ? "swizzled scales"
+                     : dr && memcmp(grr, rr, rowsz)            ? "row scales"
+                     : nvfp4 && gs_mode == 2 && skref_f32_bits(got_gs) != skref_f32_bits(ref_gs) ? "global scale"
+                                                               : NULL;
+  if (what)
+    CASE_FAIL("seed %llu %s direct M=%d K=%d ld=%d layout %d gs mode %d grid %d: %s differ", (unsigned long long)seed,
+              nvfp4 ? "nvfp4" : "mxfp8", m, k, ld, layout, gs_mode, grid, what);
+  CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dv)); CUDA_OK(cudaFree(dgs));
+  if (ds) CUDA_OK(cudaFree(ds));
+  if (dr) CUDA_OK(cudaFree(dr));
+  free(hx); free(rv); free(rs); free(rr); free(gv); free(gsw); free(grr);
+}
+
+Test(gpu_quant, direct_launch_any_grid_ld_and_in_cta, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu quant direct");
+  skref_rng rng;
+  skref_rng_seed(&rng, seed);
+  static const int tm[] = {1, 3, 127, 129, 1000};
+  static const int tk4[] = {16, 48, 2064}, tk8[] = {32, 96, 2080};
+  int i = 0;
+  for (size_t a = 0; a < sizeof tm / sizeof tm[0]; a++)
+    for (int kind = 0; kind < 2; kind++)
+      for (size_t b = 0; b < 3; b++, i++) {
+        const int m = tm[a], k = kind ? tk4[b] : tk8[b], blocks = (((m < 128 ? m : 128) * (k / 8)) + 255) / 256;
+        const int grids[] = {1, 2, 3, blocks > 1 ? blocks - 1 : 1, blocks + 1, 3 * blocks + 1};
+        for (int g = 0; g < 6; g++)
+          direct_case(kind, i % 2 ? SKREF_FP16 : SKREF_BF16, m, k, k + (g % 2 ? 72 : 8), 1 + (i + g) % 3, 0, grids[g],
+                      &rng, seed);
+        if (kind) direct_case(1, i % 2 ? SKREF_BF16 : SKREF_FP16, m, k, k + 8, 1 + i % 3, 2, 1, &rng, seed);
+      }
   cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
                case_failures);
 }

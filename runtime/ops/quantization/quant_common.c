@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "quant_common.h"
+#include "../../../kernel_src/quantization/split.cuh" /* plain C11 as well: the kernels' work split */
 
 static const char *kind_op(quant_kind kind) { return kind == QUANT_NVFP4 ? "quantization.nvfp4" : "quantization.mxfp8"; }
 static int kind_block(quant_kind kind) { return kind == QUANT_NVFP4 ? 16 : 32; }
@@ -248,23 +249,18 @@ SK_API sk_status sk_quant_run(const sk_quant_plan *p, const sk_binding *b, void 
 }
 
 
+_Static_assert(QUANT_THREADS == SK_QSPLIT_THREADS && QUANT_CHUNKS_PER_STEP == SK_QSPLIT_PER_STEP,
+               "the host grid and the kernels' split agree");
+
 int64_t quant_rows_grid(int64_t m, int64_t k, int block, int swizzled, int chunks_per_thread, int sm_count) {
-  const int64_t cols = k / block;
-  /* Large tensors: chunks_per_thread chunks per thread, all loaded before any arithmetic (more
-   * bytes in flight, fewer CTAs). Small ones: one chunk per thread while that still gives at most
-   * 4 CTAs per SM, so M <= 128 keeps the one-round-trip latency of the old grid. */
-  const int64_t chunk_ctas = sk_cdiv(m * k / 8, QUANT_THREADS);
+  /* The kernels' work split (kernel_src/quantization/split.cuh): large tensors get about
+   * chunks_per_thread chunks per thread, all of one step loaded before any arithmetic (more bytes
+   * in flight, fewer CTAs); small ones one chunk per thread while that still gives at most 4 CTAs
+   * per SM, so M <= 128 keeps the one-round-trip latency; and one thread per swizzled padding word. */
   const int64_t sms = sm_count > 0 ? sm_count : 128; /* offline plans know no SM count */
   const int64_t per = chunks_per_thread > 0 ? chunks_per_thread : QUANT_CHUNKS_PER_STEP;
-  int64_t grid = sk_cdiv(chunk_ctas, per);
-  const int64_t floor_ctas = chunk_ctas < 4 * sms ? chunk_ctas : 4 * sms;
-  if (grid < floor_ctas) grid = floor_ctas;
-  if (swizzled) {
-    const int64_t pad_words = (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(cols, 4);
-    const int64_t pad_ctas = sk_cdiv(pad_words, QUANT_THREADS);
-    if (pad_ctas > grid) grid = pad_ctas;
-  }
-  return grid;
+  const int64_t pad_words = swizzled ? (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(k / block, 4) : 0;
+  return sk_qsplit_grid(m, k / 8, per, sms, pad_words);
 }
 
 int64_t quant_grid(const sk_quant_plan *p, int64_t m) {

@@ -28,9 +28,9 @@ struct sk_quant_plan {
   int chunks_per_thread;         /* 1..64, see quant_grid */
 };
 
-#define QUANT_THREADS 256       /* kNvfp4Threads / kMxfp8Threads */
+#define QUANT_THREADS 256       /* kNvfp4Threads / kMxfp8Threads (SK_QSPLIT_THREADS) */
 #define QUANT_MAX_PARTIALS 1024 /* kMaxAmaxPartials */
-#define QUANT_CHUNKS_PER_STEP 4 /* kQuantChunksPerThread (kernel_src/quantization/chunks.cuh) */
+#define QUANT_CHUNKS_PER_STEP 4 /* SK_QSPLIT_PER_STEP (kernel_src/quantization/split.cuh) */
 
 /* Caps check for `kind` (fills a normalised copy). */
 sk_status quant_check_caps(quant_kind kind, const sk_quant_caps *caps, sk_quant_caps *out);
@@ -50,8 +50,8 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
                             const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
                             int64_t *m_out);
 
-/* Grid of the rows kernels: up to chunks_per_thread 8-value chunks per thread, loaded
- * QUANT_CHUNKS_PER_STEP at a time (SPARKINFER_QUANT_CHUNKS_PER_THREAD, default 4; never fewer than
+/* Grid of the rows kernels (sk_qsplit_grid, kernel_src/quantization/split.cuh): about
+ * chunks_per_thread 8-value chunks per thread, loaded QUANT_CHUNKS_PER_STEP at a time (SPARKINFER_QUANT_CHUNKS_PER_THREAD, default 4; never fewer than
  * min(one chunk per thread, 4 CTAs per SM) CTAs), and at least one thread per swizzled padding
  * word (for M = 1 the 127 padding rows are most of the work). See the kernels' launch contracts. */
 int64_t quant_grid(const sk_quant_plan *p, int64_t m);
