@@ -90,13 +90,14 @@ SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe recipe, int64_t n, int64_t 
 
 /** gemm.mxfp8_linear: out = (MXFP8-quantized x) x W^T with a packed MXFP8 weight. x bfloat16
  *  [M, K]; w_codes uint8 [N, K]; w_scales swizzled uint8; alpha as mm (NULL = 1); out as mm's c.
- *  M <= 16: one decode launch that quantizes x itself (bitwise equal to quantization.mxfp8 + mm);
- *  the workspace then only holds mm's K-split partials and may be 0 bytes (NULL). M > 16: x is
- *  quantized into `workspace` by the quantization.mxfp8 kernel, then mm runs. Size:
+ *  M <= 8: one decode launch that quantizes x itself (bitwise equal to quantization.mxfp8 + mm);
+ *  the workspace then only holds mm's K-split partials and may be 0 bytes (NULL). M > 8: x is
+ *  quantized into `workspace` by the quantization.mxfp8 kernel, then mm runs (measured faster
+ *  there). Size:
  *  sk_gemm_mxfp8_linear_workspace_bytes (zeroed once; a larger workspace is fine). */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k);
 /** Errors as sk_gemm_mm, plus SK_ERR_INVALID_ARGUMENT for a missing or short workspace. One
- *  launch (M <= 16) or two (quantize, GEMM) on `stream`; the workspace must not be shared by
+ *  launch (M <= 8) or two (quantize, GEMM) on `stream`; the workspace must not be shared by
  *  concurrent calls. */
 SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
                                       const DLTensor *alpha, const DLTensor *out, void *workspace,

@@ -20,6 +20,11 @@
 #define TILED_SOURCE "gemm/mma_tiled.cuh"
 #define SM120_SOURCE "gemm/sm120_blockscaled.cuh"
 #define DECODE_MAX_M 16
+/* gemm.mxfp8_linear quantizes the BF16 tokens inside the decode kernel up to this M, and launches
+ * quantize + mm above it. Measured on the H200 (bench/RESULTS.md, fourteenth run): fused at M = 1
+ * is within -3%..+7% of the two launches' GPU time and saves a launch; at M = 16 it was 10-37%
+ * slower (every CTA re-quantizes the tokens, and the 16-token variant runs 2 CTAs per SM). */
+#define LINEAR_FUSED_MAX_M 8
 #define WS_ALIGN 256
 #define MXFP8_QUANT_SOURCE "quantization/mxfp8.cuh"
 #define MXFP8_QUANT_NAME "sk::quant::mxfp8_rows<__nv_bfloat16, 1, 1>"
@@ -212,13 +217,13 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
   }
 }
 
-/* gemm.mxfp8_linear: at M <= 16 the decode kernel with the activation quantizer fused in
+/* gemm.mxfp8_linear: at M <= LINEAR_FUSED_MAX_M the decode kernel with the activation quantizer fused in
  * (gemv_decode_mxfp8_bf16: BF16 tokens quantized in the warp by quantization.mxfp8's device
  * function; same geometry, k_splits and MMA order as the mxfp8 decode kernel, so bitwise equal to
  * quantize + mm). Larger M: quantizer launch + the mm kernel gemm_config picks. */
 static void linear_config(int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
   gemm_config(SK_GEMM_MXFP8, out, m, n, arch, c);
-  if (c->path != PATH_DECODE) return;
+  if (c->path != PATH_DECODE || m > LINEAR_FUSED_MAX_M) return;
   const decode_cfg d = decode_config();
   snprintf(c->name, sizeof c->name, "sk::gemm::gemv_decode_mxfp8_bf16<%d, %d, %d, %d>", out, m <= 8 ? 1 : 2, d.warps,
            d.row_tiles);
@@ -461,11 +466,11 @@ static size_t mxfp8_act_bytes(int64_t m, int64_t k) {
   return (codes + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (scales + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
 }
 
-/* M <= 16 quantizes in the decode kernel: only its K-split partials (0 bytes when it does not
- * split). */
+/* M <= LINEAR_FUSED_MAX_M quantizes in the decode kernel: only its K-split partials (0 bytes
+ * when it does not split). */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k) {
   if (m < 1 || n < 1 || k < 128 || k % 128) return 0;
-  return (m <= DECODE_MAX_M ? 0 : mxfp8_act_bytes(m, k)) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
+  return (m <= LINEAR_FUSED_MAX_M ? 0 : mxfp8_act_bytes(m, k)) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
 }
 
 SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
@@ -484,11 +489,11 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
   if (need && (!workspace || workspace_bytes < need || (uintptr_t)workspace % WS_ALIGN))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         "gemm.mxfp8_linear: workspace must be %zu bytes, 256-byte aligned (%s)", need,
-                        m <= DECODE_MAX_M ? "K-split partials" : "the quantized activations");
+                        m <= LINEAR_FUSED_MAX_M ? "K-split partials" : "the quantized activations");
   sk_tensor_spec xs = {"x", SK_DL_BF16, 2, {m, k}, 16};
   void *px;
   SK_TRY(sk_check_tensor("gemm.mxfp8_linear", x, &xs, &px));
-  if (m <= DECODE_MAX_M) {
+  if (m <= LINEAR_FUSED_MAX_M) {
     /* Fused: validated as mm with x standing in for the MXFP8 codes and scales (same rows, K and
      * alignment); the kernel reads the BF16 x and never the scales. */
     int64_t cshape[2] = {m, k}, sshape[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 32)};
@@ -563,7 +568,7 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
     gemm_cfg cfg;
     if (forced == SK_GEMM_MXFP8) linear_config(o, m, (int64_t)nj->valuedouble, arch, &cfg);
     else gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, arch, &cfg);
-    quantizer = quantizer || (forced == SK_GEMM_MXFP8 && m > DECODE_MAX_M); /* M <= 16 quantizes in the kernel */
+    quantizer = quantizer || (forced == SK_GEMM_MXFP8 && m > LINEAR_FUSED_MAX_M); /* else quantized in the kernel */
     if (!sk_find_embedded_source(cfg.source)) continue; /* a kernel this build lacks */
     sk_kernel_request req = {OP, cfg.source, cfg.name, cfg.params, arch, NULL, 0, 0};
     SK_TRY(sk_request_list_add(out, &req));
