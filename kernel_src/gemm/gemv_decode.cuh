@@ -100,6 +100,29 @@ SK_DEVICE uint2 ld_ro_u2(const u8* p) {
 }
 
 // Everything one warp step of an FP8 recipe reads (loaded one step ahead of its use).
+// acc += part * (sfw[row] * sfx[token]) for K block b of a step: the UE8M0 codes of a row / of
+// token 2t + j sit in byte b of w_sf / x_sf (mxfp8 and mxfp4: the MMAs of a block never mix
+// blocks, so its fp32 partial is scaled once; the scale product is exact, a power of two).
+template <int ROW_TILES, int TOKEN_TILES>
+SK_DEVICE void fold_ue8m0_block(float (&acc)[ROW_TILES][TOKEN_TILES][4], const float (&part)[ROW_TILES][TOKEN_TILES][4],
+                                const u32 (&w_sf)[ROW_TILES][2], const u32 (&x_sf)[TOKEN_TILES][2], int b) {
+  float sw[ROW_TILES][2], sx[TOKEN_TILES][2];
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sw[rt][h] = ue8m0_byte_to_float(w_sf[rt][h], b);
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) sx[nt][j] = ue8m0_byte_to_float(x_sf[nt][j], b);
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[rt][nt][i] = fmaf(part[rt][nt][i], sw[rt][i >> 1] * sx[nt][i & 1], acc[rt][nt][i]);
+}
+
 template <int TOKEN_TILES, int ROW_TILES>
 struct Fp8Stage {
   uint2 w[ROW_TILES][2][4];  // [row tile][row g / g+8][32-K block]: 8 bytes at 32*b + 8*t
@@ -198,22 +221,7 @@ SK_DEVICE void fp8_compute_stage(const Fp8Stage<TOKEN_TILES, ROW_TILES>& st, flo
       }
     }
     if (RECIPE == kMxfp8) {
-      float sw[ROW_TILES][2], sx[TOKEN_TILES][2];
-#pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) sw[rt][h] = ue8m0_byte_to_float(st.w_sf[rt][h], b);
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-        for (int jj = 0; jj < 2; ++jj) sx[nt][jj] = ue8m0_byte_to_float(st.x_sf[nt][jj], b);
-#pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            acc[rt][nt][i] = fmaf(part[rt][nt][i], sw[rt][i >> 1] * sx[nt][i & 1], acc[rt][nt][i]);
+      fold_ue8m0_block(acc, part, st.w_sf, st.x_sf, b);
     }
   }
   if (RECIPE == kBlockFp8) {
@@ -466,21 +474,7 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
         }
       }
     }
-    float sw[ROW_TILES][2], sx[TOKEN_TILES][2];
-#pragma unroll
-    for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) sw[rt][h] = ue8m0_byte_to_float(st.w_sf[rt][h], b);
-#pragma unroll
-    for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) sx[nt][j] = ue8m0_byte_to_float(st.x_sf[nt][j], b);
-#pragma unroll
-    for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[rt][nt][i] = fmaf(part[rt][nt][i], sw[rt][i >> 1] * sx[nt][i & 1], acc[rt][nt][i]);
+    fold_ue8m0_block(acc, part, st.w_sf, st.x_sf, b);
   }
 }
 
