@@ -107,6 +107,18 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
    * (M=1, no quantizer launch) + the SM120 kernel and the quantizer (M=2048) */
   cr_assert_eq(tu_json_num(out, "kernels"), 5, "%s", out);
   free(out);
+  /* mxfp8_linear fuses the quantizer up to M = 8 only: M = 8 is the fused kernel, M = 9 the mxfp8
+   * decode kernel (16 tokens) plus the quantizer launch. */
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+                   "{\"op\":\"gemm.mxfp8_linear\",\"caps\":{\"n\":4096,\"k\":4096,\"m\":[8,9]}}]}");
+  char *argv_dry[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--dry-run", "--quiet", NULL};
+  cr_assert_eq(tu_run(argv_dry, NULL, &out), 0, "%s", out);
+  int listed = 0;
+  for (const char *p = out; (p = strstr(p, " sm_120a ")) != NULL; p++) listed++;
+  cr_assert_eq(listed, 3, "%s", out);
+  cr_assert(strstr(out, "gemv_decode_mxfp8_bf16<0, 1,") && strstr(out, "gemv_decode<2, 0, 2,") && strstr(out, "mxfp8_rows"),
+            "%s", out);
+  free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
                    "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"fp3\",\"n\":4096,\"k\":4096,\"m\":[1]}}]}");
   char *argv2[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--quiet", NULL};
