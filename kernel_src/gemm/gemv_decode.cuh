@@ -123,6 +123,23 @@ SK_DEVICE void fold_ue8m0_block(float (&acc)[ROW_TILES][TOKEN_TILES][4], const f
       for (int i = 0; i < 4; ++i) acc[rt][nt][i] = fmaf(part[rt][nt][i], sw[rt][i >> 1] * sx[nt][i & 1], acc[rt][nt][i]);
 }
 
+// The UE8M0 scale words of a 128-K step (mxfp8, mxfp4): its 4 scale columns 4*step .. 4*step+3
+// are one aligned u32 of the 128x4 swizzle, per weight row and per token 2t + j (TOKENS false: the
+// fused mxfp8_linear path makes the token scales itself).
+template <bool TOKENS, int ROW_TILES, int TOKEN_TILES>
+SK_DEVICE void load_ue8m0_step_scales(u32 (&w_sf)[ROW_TILES][2], u32 (&x_sf)[TOKEN_TILES][2], int step, const u8* w_sf_base,
+                                      const u32 (&w_sfo)[ROW_TILES][2], const u8* x_sf_base,
+                                      const u32 (&x_sfo)[TOKEN_TILES][2]) {
+#pragma unroll
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES && TOKENS; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) x_sf[nt][j] = __ldg(reinterpret_cast<const u32*>(x_sf_base + (x_sfo[nt][j] + step * 512u)));
+}
+
 template <int TOKEN_TILES, int ROW_TILES>
 struct Fp8Stage {
   uint2 w[ROW_TILES][2][4];  // [row tile][row g / g+8][32-K block]: 8 bytes at 32*b + 8*t
@@ -167,15 +184,7 @@ SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, co
     st.x[nt][3] = ld_ro_u2<96>(p);
   }
   if (RECIPE == kMxfp8) {
-    // The step's 4 scale columns 4*step .. 4*step+3 are one aligned u32 of the 128x4 swizzle.
-#pragma unroll
-    for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) st.w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
-#pragma unroll
-    for (int nt = 0; nt < TOKEN_TILES && TOKENS; ++nt)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) st.x_sf[nt][j] = __ldg(reinterpret_cast<const u32*>(x_sf_base + (x_sfo[nt][j] + step * 512u)));
+    load_ue8m0_step_scales<TOKENS>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
   } else if (RECIPE == kBlockFp8) {
     st.b_sf = __ldg(b_sfp + step);
 #pragma unroll
@@ -434,15 +443,7 @@ SK_DEVICE void mxfp4_load_stage(Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step
     st.x[nt][2] = ld_ro_u1<32>(p);
     st.x[nt][3] = ld_ro_u1<48>(p);
   }
-  // The step's 4 scale columns 4 step .. 4 step + 3 are one aligned u32 of the 128x4 swizzle.
-#pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) st.w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
-#pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) st.x_sf[nt][j] = __ldg(reinterpret_cast<const u32*>(x_sf_base + (x_sfo[nt][j] + step * 512u)));
+  load_ue8m0_step_scales<true>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
 }
 
 template <int TOKEN_TILES, int ROW_TILES>
