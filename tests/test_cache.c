@@ -1441,6 +1441,27 @@ Test(cache, sk_cache_tool) {
   cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' verify", cache_dir), 1, "%s", out);
   cr_assert(strstr(out, "bad ab30") && strstr(out, "cubin hash mismatch"), "%s", out);
 
+  /* cubin: one record's cubin, byte for byte; a corrupt, ambiguous or unknown record writes nothing. */
+  char cubin_file[400];
+  snprintf(cubin_file, sizeof cubin_file, "%s/k.cubin", root_dir);
+  cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' cubin AB10 '%s'", cache_dir, cubin_file), 0, "%s", out);
+  FILE *cf = fopen(cubin_file, "rb");
+  cr_assert_not_null(cf);
+  char *got = malloc(recs[0].rec.cubin_size + 1);
+  const size_t got_n = fread(got, 1, recs[0].rec.cubin_size + 1, cf);
+  fclose(cf);
+  cr_assert_eq(got_n, recs[0].rec.cubin_size);
+  cr_assert_eq(memcmp(got, recs[0].rec.cubin, got_n), 0, "the written cubin differs from the stored one");
+  free(got);
+  remove(cubin_file);
+  cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' cubin ab30 '%s'", cache_dir, cubin_file), 1, "%s", out);
+  cr_assert(strstr(out, "failed verification"), "%s", out);
+  cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' cubin ab '%s'", cache_dir, cubin_file), 1, "%s", out);
+  cr_assert(strstr(out, "ambiguous"), "%s", out);
+  cr_assert_neq(access(cubin_file, F_OK), 0, "a failed cubin command wrote a file");
+  cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' cubin xyz '%s'", cache_dir, cubin_file), 2);
+  cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' cubin ab10", cache_dir), 2);
+
   char file[400];
   snprintf(file, sizeof file, "%s/k.mdb", root_dir);
   cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' export '%s'", cache_dir, file), 0, "%s", out);

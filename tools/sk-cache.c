@@ -33,6 +33,7 @@ static const char USAGE[] =
     "                          remove least recently used records until the data is at most N\n"
     "                          bytes (K/M/G suffixes), and records unused for D days\n"
     "  rm KEYPREFIX...         remove records by unambiguous hex key prefix\n"
+    "  cubin KEYPREFIX FILE    write one record's cubin to FILE (for cuobjdump -sass / nvdisasm)\n"
     "  export FILE             write a compacted copy of the cache to one file\n"
     "  import FILE [--overwrite]\n"
     "                          merge the valid records of an exported file (existing keys are\n"
@@ -50,6 +51,7 @@ static const char USAGE[] =
     "  sk-cache verify\n"
     "  sk-cache prune --max-bytes 2G --older-than-days 30\n"
     "  sk-cache rm 3fa9c1 77b0\n"
+    "  sk-cache cubin 3fa9c1 kernel.cubin && cuobjdump -sass kernel.cubin\n"
     "  sk-cache --cache-dir /opt/models/kernels export kernels.mdb\n"
     "  SPARKINFER_CACHE_DIR=/srv/cache sk-cache import kernels.mdb\n"
     "\n"
@@ -452,14 +454,34 @@ static int cmd_prune(const options *o, sk_cache *c) {
   return 0;
 }
 
-static int check_key_prefixes(const options *o) {
-  for (int i = 0; i < o->nargs; i++) {
+/* The first `count` arguments are key prefixes. */
+static int check_key_prefixes(const options *o, int count) {
+  for (int i = 0; i < count; i++) {
     const char *p = o->args[i];
     size_t n = strlen(p);
     if (n == 0 || n > 32) return usage_error("key prefix '%s' must be 1 to 32 hex digits", p);
     for (size_t j = 0; j < n; j++)
       if (!isxdigit((unsigned char)p[j])) return usage_error("key prefix '%s' is not hex", p);
   }
+  return 0;
+}
+
+/* The one record whose hex key starts with `prefix` (validated hex, case-insensitive): its index
+ * in rs, or a failure naming the prefix when none or several match. */
+static int find_prefix(const rows *rs, const char *prefix_arg, size_t *index) {
+  char prefix[33];
+  size_t n = strlen(prefix_arg), count = 0;
+  for (size_t j = 0; j < n; j++) prefix[j] = (char)tolower((unsigned char)prefix_arg[j]);
+  prefix[n] = '\0';
+  for (size_t r = 0; r < rs->n; r++) {
+    char hex[33];
+    key_hex(rs->v[r].key, hex);
+    if (!strncmp(hex, prefix, n) && count++ == 0) *index = r;
+  }
+  if (count == 0) return fail("no record matches key prefix %s", prefix_arg);
+  if (count > 1)
+    return fail("key prefix %s is ambiguous: it matches %zu records (sk-cache ls; use more digits)", prefix_arg,
+                count);
   return 0;
 }
 
@@ -476,23 +498,7 @@ static int cmd_rm(const options *o, sk_cache *c) {
     free_rows(&rs);
     return fail("out of memory");
   }
-  for (int i = 0; i < o->nargs && rc == 0; i++) {
-    char prefix[33];
-    size_t n = strlen(o->args[i]), count = 0;
-    for (size_t j = 0; j < n; j++) prefix[j] = (char)tolower((unsigned char)o->args[i][j]);
-    prefix[n] = '\0';
-    for (size_t r = 0; r < rs.n; r++) {
-      char hex[33];
-      key_hex(rs.v[r].key, hex);
-      if (!strncmp(hex, prefix, n)) {
-        if (count++ == 0) match[i] = r;
-      }
-    }
-    if (count == 0) rc = fail("no record matches key prefix %s", o->args[i]);
-    else if (count > 1)
-      rc = fail("key prefix %s is ambiguous: it matches %zu records (sk-cache ls; use more digits)",
-                o->args[i], count);
-  }
+  for (int i = 0; i < o->nargs && rc == 0; i++) rc = find_prefix(&rs, o->args[i], &match[i]);
   cJSON *arr = o->json && rc == 0 ? cJSON_CreateArray() : NULL;
   for (int i = 0; i < o->nargs && rc == 0; i++) {
     int dup = 0;
@@ -512,6 +518,48 @@ static int cmd_rm(const options *o, sk_cache *c) {
     else cJSON_Delete(arr);
   }
   free(match);
+  free_rows(&rs);
+  return rc;
+}
+
+static int cmd_cubin(const options *o, sk_cache *c) {
+  rows rs;
+  size_t index = 0;
+  int rc = collect(c, &rs);
+  if (rc == 0) rc = find_prefix(&rs, o->args[0], &index);
+  sk_lookup hit = SK_LOOKUP_MISS;
+  sk_record rec;
+  void *owned = NULL;
+  if (rc == 0 && sk_cache_get(c, rs.v[index].key, &hit, &rec, &owned) != SK_OK) rc = fail("%s", sk_last_error_message());
+  if (rc == 0 && hit != SK_LOOKUP_HIT) rc = fail("record %s failed verification (sk-cache verify)", o->args[0]);
+  if (rc == 0) {
+    FILE *f = fopen(o->args[1], "wb");
+    if (!f) {
+      rc = fail("cannot create %s: %s", o->args[1], strerror(errno));
+    } else {
+      const int bad = fwrite(rec.cubin, 1, rec.cubin_size, f) != rec.cubin_size;
+      if (fclose(f) != 0 || bad) {
+        rc = fail("writing %s: %s", o->args[1], strerror(errno));
+        remove(o->args[1]); /* no truncated cubin left behind */
+      }
+    }
+  }
+  if (rc == 0) {
+    char hex[33];
+    key_hex(rec.key, hex);
+    if (o->json) {
+      cJSON *obj = cJSON_CreateObject();
+      cJSON_AddStringToObject(obj, "key", hex);
+      cJSON_AddStringToObject(obj, "arch", rec.arch);
+      cJSON_AddStringToObject(obj, "lowered_name", rec.lowered_name);
+      cJSON_AddStringToObject(obj, "file", o->args[1]);
+      cJSON_AddNumberToObject(obj, "bytes", (double)rec.cubin_size);
+      rc = print_json(obj);
+    } else {
+      printf("wrote %zu bytes of %s (%s, %s) to %s\n", rec.cubin_size, hex, rec.arch, rec.lowered_name, o->args[1]);
+    }
+  }
+  free(owned);
   free_rows(&rs);
   return rc;
 }
@@ -566,6 +614,7 @@ static const command COMMANDS[] = {
     {"verify", cmd_verify, 0, 0, 0, 0, ""},
     {"prune", cmd_prune, 0, 0, 1, 0, "[--max-bytes N] [--older-than-days D]"},
     {"rm", cmd_rm, 1, 64, 1, 0, "KEYPREFIX..."},
+    {"cubin", cmd_cubin, 2, 2, 0, 0, "KEYPREFIX FILE"},
     {"export", cmd_export, 1, 1, 0, 0, "FILE"},
     {"import", cmd_import, 1, 1, 1, 1, "FILE [--overwrite]"},
 };
@@ -587,7 +636,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd->name, "prune") && !o.have_max_bytes && !o.have_older_than)
     return usage_error("prune needs --max-bytes N and/or --older-than-days D");
 
-  if (!strcmp(cmd->name, "rm") && (rc = check_key_prefixes(&o)) != 0) return rc;
+  if (!strcmp(cmd->name, "rm") && (rc = check_key_prefixes(&o, o.nargs)) != 0) return rc;
+  if (!strcmp(cmd->name, "cubin") && (rc = check_key_prefixes(&o, 1)) != 0) return rc;
 
   char dir[4096];
   if (o.cache_dir) {
