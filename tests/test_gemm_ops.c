@@ -140,6 +140,17 @@ Test(gemm_ops, prefill_tile_override_is_validated) {
   cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_PREFILL_TILE"), "%s", sk_last_error_message());
 }
 
+Test(gemm_ops, decode_override_is_validated) {
+  /* ROW_TILES must be 1, 2 or 4: 3 is refused with the variable named, nothing launched. */
+  setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
+  setenv("SPARKINFER_GEMM_DECODE", "3,4,2", 1);
+  const int64_t m = 1, n = 256, k = 512;
+  int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
+  DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s), c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);
+  cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a, NULL, &b, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_DECODE"), "%s", sk_last_error_message());
+}
+
 Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
   char *dir = tu_tempdir("bfp8");
   setenv("SPARKINFER_CACHE_DIR", dir, 1);
