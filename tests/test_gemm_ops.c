@@ -140,6 +140,25 @@ Test(gemm_ops, prefill_tile_override_is_validated) {
   cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_PREFILL_TILE"), "%s", sk_last_error_message());
 }
 
+Test(gemm_ops, mxfp8_linear_prewarm_resolves_every_kernel_offline) {
+  /* M = 1 (fused decode kernel), M = 9 (mm's decode kernel + the quantizer): 3 compiles for an
+   * explicit arch with no GPU; bad arguments are refused before anything compiles. */
+  setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
+  const int64_t ms[] = {1, 9}, bad_m[] = {0};
+  cr_assert_eq(sk_gemm_mxfp8_linear_prewarm(SK_DTYPE_BF16, ms, 2, 4096, 1000, "sm_120a"), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_mxfp8_linear_prewarm(SK_DTYPE_BF16, bad_m, 1, 4096, 1024, "sm_120a"), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "gemm.mxfp8_linear prewarm"), "%s", sk_last_error_message());
+  sk_reset_counters();
+  cr_assert_eq(sk_gemm_mxfp8_linear_prewarm(SK_DTYPE_BF16, ms, 2, 4096, 1024, "sm_120a"), SK_OK, "%s",
+               sk_last_error_message());
+  sk_counters c;
+  sk_get_counters(&c);
+  cr_assert_eq(c.compiles, 3, "fused kernel, decode kernel, quantizer: %llu compiles", (unsigned long long)c.compiles);
+  sk_freeze_kernel_resolution("test");
+  cr_assert_eq(sk_gemm_mxfp8_linear_prewarm(SK_DTYPE_BF16, ms, 2, 4096, 1024, "sm_120a"), SK_OK,
+               "everything is in memory after the prewarm: %s", sk_last_error_message());
+}
+
 Test(gemm_ops, decode_override_is_validated) {
   /* ROW_TILES must be 1, 2 or 4: 3 is refused with the variable named, nothing launched. */
   setenv("SPARKINFER_CACHE_DISABLE", "1", 1);

@@ -103,6 +103,16 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
                                       const DLTensor *alpha, const DLTensor *out, void *workspace,
                                       size_t workspace_bytes, void *stream);
 
+/** Resolve (compile or load) every kernel gemm.mxfp8_linear uses for the listed M values, output
+ *  dtype (SK_DTYPE_BF16/FP16/FP32), N and K: the fused decode kernel for M <= 8, mm's kernel and
+ *  the activation quantizer above. arch NULL = current device. Call before
+ *  sk_freeze_kernel_resolution (sk_gemm_prewarm covers mm only). Errors: SK_ERR_INVALID_ARGUMENT
+ *  (bad dtype, no or non-positive M values, N < 1, K not a positive multiple of 128, a malformed
+ *  SPARKINFER_GEMM_* override), resolution errors (compile failure, SK_ERR_KERNEL_RESOLUTION_FROZEN after a freeze).
+ *  Thread safety: any thread; concurrent calls share single-flight compiles. */
+SK_API sk_status sk_gemm_mxfp8_linear_prewarm(sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n, int64_t k,
+                                              const char *arch);
+
 /** gemm.tensor_fp8_linear: E4M3 activations (quantized with the static input scale) x E4M3
  *  weight, alpha = input_scale * weight_scale (device fp32 [1]); out bfloat16/float16 [M, N].
  *  Same as sk_gemm_mm with SK_GEMM_TENSOR_FP8 and no scales. */

@@ -231,6 +231,13 @@ static void linear_config(int out, int64_t m, int64_t n, const char *arch, gemm_
            m <= 8 ? 8 : 16);
 }
 
+/* gemm.mxfp8_linear's activation quantizer above LINEAR_FUSED_MAX_M (the quantization.mxfp8
+ * kernel, the same rule as upstream's quantize_mxfp8_rows); arch NULL = the current device. */
+static sk_kernel_request linear_quantizer_request(const char *arch) {
+  return (sk_kernel_request){"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
+                             arch, NULL, 0, 0};
+}
+
 /* The arch one-shot calls target: the current device's, looked up once per process (a process
  * driving GPUs of different archs should use explicit archs with sk_gemm_prewarm). */
 static char device_arch_cache[SK_MAX_ARCH];
@@ -389,26 +396,46 @@ SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, cons
   return launch(recipe, false, &x, workspace, workspace_bytes, stream);
 }
 
-SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
-                                 int64_t k, const char *arch) {
-  if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: unknown recipe");
-  if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad out dtype");
-  if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: no M values");
-  if (n < 1 || k < 128 || k % 128) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: bad N or K");
+/* linear: gemm.mxfp8_linear's configurations (fused decode kernel up to LINEAR_FUSED_MAX_M, else
+ * mm's plus the quantizer), else mm's for `recipe`. */
+static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, sk_dtype out, const int64_t *ms,
+                         size_t num_ms, int64_t n, int64_t k, const char *arch) {
+  if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: unknown recipe", what);
+  if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: bad out dtype", what);
+  if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: no M values", what);
+  if (n < 1 || k < 128 || k % 128) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: bad N or K", what);
   SK_TRY(check_tile_override());
   char buf[SK_MAX_ARCH];
   if (!arch) {
     SK_TRY(sk_device_arch(-1, buf, sizeof buf));
     arch = buf;
   }
+  bool quantizer = false;
   for (size_t i = 0; i < num_ms; i++) {
-    if (ms[i] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " prewarm: M values must be >= 1");
+    if (ms[i] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: M values must be >= 1", what);
     gemm_cfg cfg;
-    gemm_config(recipe, (int)out, ms[i], n, arch, &cfg);
+    if (linear) linear_config((int)out, ms[i], n, arch, &cfg);
+    else gemm_config(recipe, (int)out, ms[i], n, arch, &cfg);
+    quantizer = quantizer || (linear && ms[i] > LINEAR_FUSED_MAX_M);
     sk_kernel *kern;
     SK_TRY(resolve_cfg(&cfg, arch, &kern));
   }
+  if (quantizer) { /* through the op spine like the configs: offline (no GPU) it compiles and caches */
+    const sk_kernel_request q = linear_quantizer_request(arch);
+    sk_kernel *kern;
+    SK_TRY(sk_op_resolve(q.op, q.source, q.name_expr, q.params, arch, &kern));
+  }
   return SK_OK;
+}
+
+SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
+                                 int64_t k, const char *arch) {
+  return prewarm(OP, recipe, false, out, ms, num_ms, n, k, arch);
+}
+
+SK_API sk_status sk_gemm_mxfp8_linear_prewarm(sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n, int64_t k,
+                                              const char *arch) {
+  return prewarm("gemm.mxfp8_linear", SK_GEMM_MXFP8, true, out, ms, num_ms, n, k, arch);
 }
 
 /* ---- pack_weight ----------------------------------------------------------------------------- */
@@ -505,8 +532,7 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
   }
   /* The activation quantizer is the quantization.mxfp8 kernel (the same rule as upstream's
    * quantize_mxfp8_rows), resolved like any one-shot kernel on first use. */
-  sk_kernel_request qr = {"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
-                          NULL, NULL, 0, 0};
+  const sk_kernel_request qr = linear_quantizer_request(NULL);
   sk_kernel *qk;
   SK_TRY(sk_kernel_resolve(&qr, &qk));
   uint8_t *codes = workspace, *scales = codes + (((size_t)(m * k) + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN);
@@ -517,9 +543,7 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
     const void *xp = px;
     void *cp = codes, *sp = scales, *rows = NULL;
     int ld = (int)k, mi = (int)m, ki = (int)k;
-    int sms = 0;
-    if (sk_device_sm_count(&sms) != SK_OK) sms = 0;
-    const int64_t grid = quant_rows_grid(m, k, 32, 1, 0, sms); /* the quantization.mxfp8 op's grid */
+    const int64_t grid = quant_rows_grid(m, k, 32, 1, 0, sm_count()); /* the quantization.mxfp8 op's grid */
     void *args[] = {(void *)&xp, &ld, &mi, &ki, &cp, &sp, &rows};
     sk_status s = sk_kernel_launch(qk, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, stream, args);
     if (s != SK_OK) return sk_wrap_error(s, "gemm.mxfp8_linear");
@@ -574,8 +598,7 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
     SK_TRY(sk_request_list_add(out, &req));
   }
   if (quantizer) {
-    sk_kernel_request q = {"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
-                           arch, NULL, 0, 0};
+    const sk_kernel_request q = linear_quantizer_request(arch);
     SK_TRY(sk_request_list_add(out, &q));
   }
   return SK_OK;
