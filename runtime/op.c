@@ -140,6 +140,14 @@ sk_status sk_op_resolve(const char *op, const char *source, const char *name_exp
   return s;
 }
 
+sk_status sk_op_allow_dynamic_smem(sk_kernel *k, unsigned bytes) {
+  void *fn = NULL;
+  if (!k || bytes == 0) return SK_OK;
+  sk_kernel_get_info(k, &fn, NULL, NULL);
+  if (!fn) return SK_OK;
+  return sk_kernel_set_max_dynamic_shared(k, bytes);
+}
+
 sk_status sk_binding_check(const char *op, const sk_binding *b, const void *plan) {
   if (SK_UNLIKELY(!b || b->magic != SK_BINDING_MAGIC))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s run: binding is NULL or was not made by bind", op);

@@ -62,6 +62,12 @@ int sk_arch_number(const char *arch);
 sk_status sk_op_resolve(const char *op, const char *source, const char *name_expr, const char *params,
                         const char *arch, sk_kernel **out);
 
+/* Opt `k` in to `bytes` of dynamic shared memory: always, not only above 48 KiB (static + dynamic
+ * above 48 KiB needs the opt-in too). Remembered per kernel (sk_kernel_set_max_dynamic_shared), so
+ * it is cheap to repeat; a no-op for NULL, 0 bytes or an offline kernel (no GPU: nothing loaded,
+ * launching reports it). */
+sk_status sk_op_allow_dynamic_smem(sk_kernel *k, unsigned bytes);
+
 /* Start a binding for `plan`. */
 static inline void sk_binding_init(sk_binding *b, const void *plan) {
   for (int i = 0; i < 16; i++) b->ptr[i] = 0;

@@ -563,15 +563,22 @@ SK_API sk_status sk_kernel_set_max_dynamic_shared(sk_kernel *kernel, unsigned by
   if (!kernel || !atomic_load(&kernel->function))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_kernel_set_max_dynamic_shared: kernel is NULL or not loaded");
   SK_TRY(sk_driver_ensure_context());
+  CUdevice dev;
+  SK_CU(sk_cu.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  /* Remembered per kernel and device: callers may ask on every launch and pay an atomic load, not
+   * an attribute call (racing first callers both set it; harmless). */
+  _Atomic unsigned *allowed = dev >= 0 && dev < SK_KERNEL_SMEM_DEVICES ? &kernel->dynamic_smem_allowed[dev] : NULL;
+  if (allowed && bytes <= atomic_load_explicit(allowed, memory_order_acquire)) return SK_OK;
   void *fn = atomic_load(&kernel->function);
   if (sk_cu.cuLibraryLoadData && sk_cu.cuKernelSetAttribute) {
-    CUdevice dev;
-    SK_CU(sk_cu.cuCtxGetDevice(&dev), "cuCtxGetDevice");
     SK_CU(sk_cu.cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes, fn, dev),
           "cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   } else {
     SK_CU(sk_cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes),
           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  }
+  unsigned seen = allowed ? atomic_load(allowed) : bytes;
+  while (seen < bytes && !atomic_compare_exchange_weak(allowed, &seen, bytes)) {
   }
   return SK_OK;
 }

@@ -130,6 +130,7 @@ sk_status sk_request_validate(const sk_kernel_request *req, bool allow_null_arch
 
 enum { SK_ENTRY_PENDING = 0, SK_ENTRY_READY = 1, SK_ENTRY_FAILED = 2 };
 
+#define SK_KERNEL_SMEM_DEVICES 16
 struct sk_kernel {
   sk_key key;
   _Atomic int state;
@@ -151,6 +152,9 @@ struct sk_kernel {
   char *fail_message;
   void *library;               /* CUlibrary or CUmodule */
   int timing_slot;             /* index in the timing table, -1 if none yet */
+  /* Largest MAX_DYNAMIC_SHARED_SIZE_BYTES set so far, per device ordinal (the attribute is per
+   * device; ordinals past the array are set every time). */
+  _Atomic unsigned dynamic_smem_allowed[SK_KERNEL_SMEM_DEVICES];
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };

@@ -91,8 +91,13 @@ typedef struct sk_dim3 { unsigned x, y, z; } sk_dim3;
 SK_API sk_status sk_kernel_launch(const sk_kernel *kernel, sk_dim3 grid, sk_dim3 block,
                                   unsigned shared_bytes, void *stream, void **args);
 
-/** Allow up to `bytes` of dynamic shared memory per block (cuFuncSetAttribute). Call at plan
- *  time, not per launch. */
+/** Allow up to `bytes` of dynamic shared memory per block (cuKernelSetAttribute /
+ *  cuFuncSetAttribute) on the current context's device. Needed whenever static + dynamic shared
+ *  memory exceeds 48 KiB. Remembered per kernel and device: a repeat with no more bytes is an
+ *  atomic load (plus cuCtxGetDevice), so a one-shot op may call it per launch. Errors:
+ *  SK_ERR_INVALID_ARGUMENT (NULL or not loaded, e.g. an offline kernel), SK_ERR_NO_DRIVER,
+ *  SK_ERR_CUDA (the attribute call; e.g. more than the device's opt-in maximum). Thread safety:
+ *  any thread. */
 SK_API sk_status sk_kernel_set_max_dynamic_shared(sk_kernel *kernel, unsigned bytes);
 
 /** The driver handle (a CUfunction, usable with cuLaunchKernel), the lowered (mangled) name,

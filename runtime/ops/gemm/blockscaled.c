@@ -259,26 +259,7 @@ static sk_status resolve_cfg(const gemm_cfg *c, const char *arch, sk_kernel **k)
   if (!sk_find_embedded_source(c->source))
     return sk_set_error(SK_ERR_UNSUPPORTED, OP ": this build lacks %s (needed for %s)", c->source, c->params);
   SK_TRY(sk_op_resolve(OP, c->source, c->name, c->params, arch, k));
-  if (c->smem <= 48 * 1024) return SK_OK;
-  /* Large dynamic shared memory: set the attribute once per kernel (a driver call), remembered
-   * in a small insert-only list so later calls only scan it. */
-  static sk_kernel *_Atomic done[256];
-  static _Atomic int ndone;
-  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  int n = atomic_load(&ndone);
-  for (int i = 0; i < n; i++)
-    if (atomic_load(&done[i]) == *k) return SK_OK;
-  void *fn = NULL;
-  sk_kernel_get_info(*k, &fn, NULL, NULL);
-  if (!fn) return SK_OK; /* offline (no GPU): nothing to set; launching will report it */
-  pthread_mutex_lock(&mu);
-  sk_status s = sk_kernel_set_max_dynamic_shared(*k, c->smem);
-  if (s == SK_OK && atomic_load(&ndone) < 256) {
-    atomic_store(&done[atomic_load(&ndone)], *k);
-    atomic_fetch_add(&ndone, 1);
-  }
-  pthread_mutex_unlock(&mu);
-  return s;
+  return sk_op_allow_dynamic_smem(*k, (unsigned)c->smem); /* remembered per kernel: an atomic load after the first */
 }
 
 /* ---- validation ------------------------------------------------------------------------------ */

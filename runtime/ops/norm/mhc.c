@@ -94,17 +94,6 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
   return SK_OK;
 }
 
-/* Opt in to the partial kernel's dynamic shared memory. Always, not only above 48 KiB: the
- * kernels also have static shared memory (the Gram sums), and static + dynamic above 48 KiB
- * without the opt-in fails at launch (the pre kernel: 44 KiB dynamic + ~5 KiB static). */
-static sk_status allow_partial_smem(sk_kernel *k, unsigned bytes) {
-  void *fn = NULL;
-  if (!k || bytes == 0) return SK_OK; /* not resolved: this plan never launches it */
-  sk_kernel_get_info(k, &fn, NULL, NULL);
-  if (!fn) return SK_OK; /* offline (no GPU): nothing to set; launching would report it */
-  return sk_kernel_set_max_dynamic_shared(k, bytes);
-}
-
 SK_API int sk_mhc_is_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 80; }
 
 static sk_status check_caps(const sk_mhc_caps *c) {
@@ -183,8 +172,8 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
-  if (s == SK_OK) s = allow_partial_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
-  if (s == SK_OK) s = allow_partial_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
+  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
+  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
   if (s == SK_OK &&
       sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * (size_t)(caps->hidden / TILE_H) * PARTIAL_FLOATS * 4) < 0)
     s = SK_ERR_INTERNAL;
