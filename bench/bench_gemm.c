@@ -35,7 +35,7 @@ static void *dev_random(size_t bytes, uint64_t *rng, int scale_like) {
 
 /* gemm.mxfp8_linear (BF16 activations quantized inside the op) at decode sizes: one fused launch
  * for M <= 16. Bytes = BF16 activations + weight codes + scales + output. */
-static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, uint64_t *rng, FILE *json, int *first) {
+static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, uint64_t *rng, bench_json *json) {
   const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}};
   const int64_t ms[] = {1, 16};
   for (int si = 0; si < 3; si++)
@@ -84,10 +84,8 @@ static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, u
         const double gbs = bytes / (us * 1e-6) / 1e9;
         printf("| mxfp8_linear (bf16 x) | %lld | %lld | %lld | %.2f | %.0f | %.0f%% | %.1f |\n", (long long)m, (long long)n,
                (long long)k, us, gbs, gbs / 43, 2.0 * m * n * k / (us * 1e-6) / 1e12);
-        if (json)
-          fprintf(json, "%s\n {\"recipe\":\"mxfp8_linear\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f}",
-                  *first ? "" : ",", (long long)m, (long long)n, (long long)k, us, gbs);
-        *first = 0;
+        bench_json_row(json, "{\"recipe\":\"mxfp8_linear\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f}",
+                       (long long)m, (long long)n, (long long)k, us, gbs);
       }
       fflush(stdout);
       CK(cudaFree(x));
@@ -103,10 +101,7 @@ static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, u
 static const char *names[] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
 
 int main(void) {
-  const char *jpath = getenv("SK_BENCH_JSON");
-  FILE *json = jpath ? fopen(jpath, "w") : NULL;
-  if (json) fprintf(json, "{\"results\":[");
-  int first = 1;
+  bench_json json = bench_json_open();
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
   uint64_t rng = 42;
@@ -190,10 +185,8 @@ int main(void) {
           double gbs = bytes / (us * 1e-6) / 1e9, tflops = 2.0 * m * n * k / (us * 1e-6) / 1e12;
           printf("| %s | %lld | %lld | %lld | %.2f | %.0f | %.0f%% | %.1f |\n", names[r], (long long)m, (long long)n,
                  (long long)k, us, gbs, gbs / 43, tflops);
-          if (json)
-            fprintf(json, "%s\n {\"recipe\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f,\"tflops\":%.2f}",
-                    first ? "" : ",", names[r], (long long)m, (long long)n, (long long)k, us, gbs, tflops);
-          first = 0;
+          bench_json_row(&json, "{\"recipe\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f,\"tflops\":%.2f}",
+                         names[r], (long long)m, (long long)n, (long long)k, us, gbs, tflops);
         }
         fflush(stdout);
         CK(cudaFree(a));
@@ -205,10 +198,7 @@ int main(void) {
         CK(cudaFree(c));
         if (ws) CK(cudaFree(ws));
       }
-  bench_mxfp8_linear(s, e0, e1, &rng, json, &first);
-  if (json) {
-    fprintf(json, "\n]}\n");
-    fclose(json);
-  }
+  bench_mxfp8_linear(s, e0, e1, &rng, &json);
+  bench_json_close(&json);
   return 0;
 }

@@ -30,10 +30,7 @@ static void *rand_dev(size_t bytes, unsigned seed, int bf16) {
 }
 
 int main(void) {
-  const char *jpath = getenv("SK_BENCH_JSON");
-  FILE *json = jpath ? fopen(jpath, "w") : NULL;
-  if (json) fprintf(json, "{\"results\":[");
-  int first = 1;
+  bench_json json = bench_json_open();
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
   const int hs[] = {2048, 4096, 7168}, ts[] = {1, 8, 16, 128, 4096};
@@ -98,18 +95,13 @@ int main(void) {
         qsort(rounds, 7, sizeof(float), bench_cmp_float);
         double us = rounds[3] * 10.0, gbs = bytes / (us * 1e-6) / 1e9;
         printf("| %s | %lld | %lld | %.2f | %.0f | %.0f%% |\n", name, (long long)h, (long long)t, us, gbs, gbs / 43);
-        if (json)
-          fprintf(json, "%s\n {\"entry\":\"%s\",\"h\":%lld,\"t\":%lld,\"us\":%.4f,\"gbs\":%.1f}", first ? "" : ",", name,
-                  (long long)h, (long long)t, us, gbs);
-        first = 0;
+        bench_json_row(&json, "{\"entry\":\"%s\",\"h\":%lld,\"t\":%lld,\"us\":%.4f,\"gbs\":%.1f}", name, (long long)h,
+                       (long long)t, us, gbs);
       }
       void *all[] = {scratch, x, res, w, fn, fnp, pp, pc, sc, ba, ro, y, po, co};
       for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cudaFree(all[i]));
       sk_mhc_plan_destroy(p);
     }
-  if (json) {
-    fprintf(json, "\n]}\n");
-    fclose(json);
-  }
+  bench_json_close(&json);
   return 0;
 }

@@ -9,9 +9,7 @@
 #include "sparkinfer/jit.h"
 
 int main(void) {
-  const char *jpath = getenv("SK_BENCH_JSON");
-  FILE *json = jpath ? fopen(jpath, "w") : NULL;
-  if (json) fprintf(json, "{\"results\":[");
+  bench_json json = bench_json_open();
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
   int sms = 0;
@@ -49,12 +47,9 @@ int main(void) {
     const double mmas = (double)blocks * (kThreads / 32) * kIters * kChains;
     const double tflops = mmas * flop_per_mma[kind] / (ms[2] * 1e-3) / 1e12;
     printf("| %s | %.1f | %u x %d |\n", kinds[kind], tflops, blocks, kThreads);
-    if (json) fprintf(json, "%s\n {\"kind\":\"%s\",\"tflops\":%.2f}", kind ? "," : "", kinds[kind], tflops);
+    bench_json_row(&json, "{\"kind\":\"%s\",\"tflops\":%.2f}", kinds[kind], tflops);
   }
-  if (json) {
-    fprintf(json, "\n]}\n");
-    fclose(json);
-  }
+  bench_json_close(&json);
   CK(cudaFree(out));
   return 0;
 }

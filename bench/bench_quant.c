@@ -18,10 +18,7 @@
 
 
 int main(void) {
-  const char *jpath = getenv("SK_BENCH_JSON");
-  FILE *json = jpath ? fopen(jpath, "w") : NULL;
-  if (json) fprintf(json, "{\"results\":[");
-  int first = 1;
+  bench_json json = bench_json_open();
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
   const int64_t msz[] = {1, 16, 128, 4096, 16384}, ksz[] = {2048, 4096, 7168};
@@ -78,15 +75,10 @@ int main(void) {
         double gbs = bytes / (us * 1e-6) / 1e9;
         const char *name = op == 0 ? "nvfp4" : "mxfp8";
         printf("| %s | %lld | %lld | %.2f | %.0f | %.0f%% |\n", name, (long long)m, (long long)k, us, gbs, gbs / 4300 * 100);
-        if (json)
-          fprintf(json, "%s\n {\"op\":\"%s\",\"m\":%lld,\"k\":%lld,\"us\":%.4f,\"gbs\":%.1f}", first ? "" : ",", name,
-                  (long long)m, (long long)k, us, gbs);
-        first = 0;
+        bench_json_row(&json, "{\"op\":\"%s\",\"m\":%lld,\"k\":%lld,\"us\":%.4f,\"gbs\":%.1f}", name, (long long)m,
+                       (long long)k, us, gbs);
         sk_quant_plan_destroy(p);
       }
-  if (json) {
-    fprintf(json, "\n]}\n");
-    fclose(json);
-  }
+  bench_json_close(&json);
   return 0;
 }

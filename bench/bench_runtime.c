@@ -15,6 +15,7 @@
 #include "runtime.h"
 #include "sparkinfer.h"
 #include "sparkinfer/jit.h"
+#include "bench_json.h"
 #include "testutil.h"
 
 static int cmp_d(const void *a, const void *b) {
@@ -26,15 +27,11 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static FILE *json;
-static int json_first = 1;
+static bench_json json;
 static void report(const char *name, double value, const char *unit, const char *goal, const char *verdict) {
   printf("| %-44s | %12.3f %-3s | %-14s | %-4s |\n", name, value, unit, goal, verdict);
-  if (json) {
-    fprintf(json, "%s\n  {\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"goal\":\"%s\",\"verdict\":\"%s\"}",
-            json_first ? "" : ",", name, value, unit, goal, verdict);
-    json_first = 0;
-  }
+  bench_json_row(&json, "{\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"goal\":\"%s\",\"verdict\":\"%s\"}", name,
+                 value, unit, goal, verdict);
   fflush(stdout);
 }
 
@@ -45,11 +42,7 @@ static const char *salt_opt(char *buf, size_t n, const char *tag, int i) {
 
 int main(int argc, char **argv) {
   int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu-only");
-  const char *jpath = getenv("SK_BENCH_JSON");
-  if (jpath) {
-    json = fopen(jpath, "w");
-    if (json) fprintf(json, "{\"results\":[");
-  }
+  json = bench_json_open();
   char *dir = tu_tempdir("bench");
   setenv("SPARKINFER_CACHE_DIR", dir, 1);
   if (sk_init() != SK_OK) { fprintf(stderr, "%s\n", sk_last_error_message()); return 1; }
@@ -191,10 +184,7 @@ int main(int argc, char **argv) {
     report("launch overhead over raw", o - r, "us", "<= 0.3 us", o - r <= 0.3 ? "yes" : "NO");
   }
 done:
-  if (json) {
-    fprintf(json, "\n]}\n");
-    fclose(json);
-  }
+  bench_json_close(&json);
   tu_rmrf(dir);
   free(dir);
   return 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_json.h"
 #include "sparkinfer.h"
 #include "testutil.h" /* tu_device_tensor */
 
