@@ -56,4 +56,26 @@ SK_DEVICE float block_sum(float value, float* scratch) {
   return total;
 }
 
+// Max of non-negative fp32 values compared as their bit patterns (magnitude bits: exact, the same
+// order as the floats, and independent of how a float max treats NaN). Whole warp / whole CTA;
+// every thread gets the result. block_max_bits contains __syncthreads(): every thread of the
+// block must call it.
+SK_DEVICE u32 warp_max_bits(u32 v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(kFullWarpMask, v, offset));
+  return v;
+}
+
+SK_DEVICE u32 block_max_bits(u32 v) {
+  __shared__ u32 warp_maxes[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_max_bits(v);
+  if (lane == 0) warp_maxes[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x + 31) / 32 ? warp_maxes[lane] : 0u;
+  v = warp_max_bits(v);
+  __syncthreads();  // warp_maxes may be reused by a later call
+  return v;
+}
+
 }  // namespace sk

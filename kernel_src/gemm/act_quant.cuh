@@ -62,6 +62,7 @@
 
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
+#include "common/reduce.cuh"
 
 namespace sk {
 namespace gemm {
@@ -85,26 +86,6 @@ SK_DEVICE uint2 act_fp8_quantize8(const float (&v)[8], float s) {
   for (int i = 0; i < 8; i++) q[i] = div_rn(v[i], s);
   return make_uint2(pack_e4m3x4<CVT>(q[0], q[1], q[2], q[3]),
                     pack_e4m3x4<CVT>(q[4], q[5], q[6], q[7]));
-}
-
-SK_DEVICE u32 act_warp_max_bits(u32 v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
-  return v;
-}
-
-// Max over the CTA (all threads must call it); every thread gets the result.
-SK_DEVICE u32 act_block_max_bits(u32 v) {
-  __shared__ u32 warp_maxes[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = act_warp_max_bits(v);
-  if (lane == 0) warp_maxes[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x + 31) / 32 ? warp_maxes[lane] : 0u;
-  v = act_warp_max_bits(v);
-  __syncthreads();
-  return v;
 }
 
 template <int CVT>
@@ -150,7 +131,7 @@ __global__ void __launch_bounds__(kActQuantThreads)
   u32 amax = 0;
   for (int i = threadIdx.x; i < num_partials; i += blockDim.x)
     amax = max(amax, magnitude_bits_finite(__ldg(amax_partials + i)));
-  const float s = act_fp8_scale(f32_from_bits(act_block_max_bits(amax)));
+  const float s = act_fp8_scale(f32_from_bits(block_max_bits(amax)));
   if (tid == 0) *scale_out = s;
 
   const i64 chunks = i64(M) * (K / 8);

@@ -66,6 +66,7 @@
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
+#include "common/reduce.cuh"
 #include "common/scale_layout.cuh"
 #include "quantization/chunks.cuh"
 
@@ -114,26 +115,6 @@ SK_DEVICE u32 nvfp4_quantize8(const float (&v)[8], float eff) {
   else
     packed = sk_pack_e2m1x8_fast(q);
   return eff == 0.0f ? 0u : packed;  // zero scale: all codes 0 (NaN/Inf too, as the reference)
-}
-
-SK_DEVICE u32 warp_max_bits(u32 v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
-  return v;
-}
-
-// Max over the CTA (all threads must call it); every thread gets the result.
-SK_DEVICE u32 block_max_bits(u32 v) {
-  __shared__ u32 warp_maxes[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_max_bits(v);
-  if (lane == 0) warp_maxes[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x + 31) / 32 ? warp_maxes[lane] : 0u;
-  v = warp_max_bits(v);
-  __syncthreads();  // warp_maxes may be reused by a later call
-  return v;
 }
 
 // Chunk c (8 elements) of the row-major [M, K] view: row c / (K/8). M*K <= 2^34 keeps chunk
