@@ -196,20 +196,26 @@ static void key_hex_prefix(const sk_key *k, char out[13]) {
 
 /* ---- producing the cubin ------------------------------------------------------------------- */
 
-static char *metadata_json(const sk_kernel *e, const char *log) {
+cJSON *sk_kernel_request_json(const sk_kernel *k) {
   cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  cJSON_AddStringToObject(o, "op", k->op);
+  cJSON_AddStringToObject(o, "source", k->source);
+  cJSON_AddStringToObject(o, "name", k->name_expr);
+  cJSON_AddStringToObject(o, "params", k->params);
+  cJSON_AddStringToObject(o, "arch", k->arch);
+  cJSON *opts = cJSON_AddArrayToObject(o, "options");
+  for (size_t i = 0; opts && i < k->num_options; i++) cJSON_AddItemToArray(opts, cJSON_CreateString(k->options[i]));
+  cJSON_AddBoolToObject(o, "link", k->link);
+  return o;
+}
+
+static char *metadata_json(const sk_kernel *e, const char *log) {
+  cJSON *o = sk_kernel_request_json(e);
   if (!o) return NULL;
   int nv_major, nv_minor, ln_major, ln_minor;
   sk_jit_versions(&nv_major, &nv_minor, &ln_major, &ln_minor);
   char ver[32];
-  cJSON_AddStringToObject(o, "op", e->op);
-  cJSON_AddStringToObject(o, "source", e->source);
-  cJSON_AddStringToObject(o, "name", e->name_expr);
-  cJSON_AddStringToObject(o, "params", e->params);
-  cJSON_AddStringToObject(o, "arch", e->arch);
-  cJSON *opts = cJSON_AddArrayToObject(o, "options");
-  for (size_t i = 0; opts && i < e->num_options; i++) cJSON_AddItemToArray(opts, cJSON_CreateString(e->options[i]));
-  cJSON_AddBoolToObject(o, "link", e->link);
   snprintf(ver, sizeof ver, "%d.%d", nv_major, nv_minor);
   cJSON_AddStringToObject(o, "nvrtc", ver);
   if (e->link) {

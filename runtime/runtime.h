@@ -195,6 +195,10 @@ sk_status sk_timing_launch(sk_kernel *k, sk_dim3 grid, sk_dim3 block, unsigned s
                            void **args);
 void sk_timing_at_exit(void);
 
+/* A kernel's request as a manifest-style JSON object: op, source, name, params, arch, options,
+ * link. Shared by the cache record's metadata and the warm-up record; NULL when out of memory. */
+struct cJSON *sk_kernel_request_json(const sk_kernel *k);
+
 /* ---- warm-up record (runtime/warmup.c) -------------------------------------------- */
 void sk_warmup_note_op(const char *op, const struct cJSON *caps); /* takes a copy */
 void sk_warmup_at_exit(void);

@@ -30,16 +30,8 @@ void sk_warmup_note_op(const char *op, const cJSON *caps) {
 
 static int add_kernel(void *ud, const sk_kernel *k) {
   cJSON *arr = ud;
-  cJSON *o = cJSON_CreateObject();
+  cJSON *o = sk_kernel_request_json(k);
   if (!o) return 1;
-  cJSON_AddStringToObject(o, "op", k->op);
-  cJSON_AddStringToObject(o, "source", k->source);
-  cJSON_AddStringToObject(o, "name", k->name_expr);
-  cJSON_AddStringToObject(o, "params", k->params);
-  cJSON *opts = cJSON_AddArrayToObject(o, "options");
-  for (size_t i = 0; opts && i < k->num_options; i++) cJSON_AddItemToArray(opts, cJSON_CreateString(k->options[i]));
-  if (k->link) cJSON_AddBoolToObject(o, "link", 1);
-  cJSON_AddStringToObject(o, "arch", k->arch);
   cJSON_AddItemToArray(arr, o);
   return 0;
 }
