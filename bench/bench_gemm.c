@@ -5,10 +5,13 @@
  * Weights rotate over 3 copies so the 60 MB L2 cannot serve them. Random operands (never zeros).
  * CUDA events around 50 calls after warm-up, median of 5 rounds.
  * Also times gemm.mxfp8_linear (BF16 activations, fused quantization) at M = 1 and 16.
+ * Last, host time per sk_gemm_mm call against sk_kernel_launch of the same kernel (what the
+ * one-shot API adds: validation, config choice, the memo lookup).
  * SK_BENCH_DECODE_ONLY=1 skips the prefill rows; SK_BENCH_M=1,16 keeps only those M values. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime.h>
 
@@ -96,6 +99,59 @@ static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, u
         CK(cudaFree(ws[i]));
       }
     }
+}
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* Host microseconds per call, sk_gemm_mm (tensor_fp8, M = 1, N = K = 128: a kernel far shorter
+ * than a host launch, so the queue never fills) against sk_kernel_launch of the kernel it picks.
+ * Median of 21 rounds of 2000 calls, the queue drained between rounds. */
+static void bench_host_overhead(cudaStream_t s, uint64_t *rng, bench_json *json) {
+  const int64_t m = 1, n = 128, k = 128;
+  void *a = dev_random((size_t)(m * k), rng, 0), *b = dev_random((size_t)(n * k), rng, 0), *c;
+  CK(cudaMalloc(&c, (size_t)(m * n * 2)));
+  int64_t as[2] = {m, k}, bsh[2] = {n, k}, cs[2] = {m, n};
+  DLDataType u8 = {kDLUInt, 8, 1}, bf = {kDLBfloat, 16, 1};
+  DLTensor ta = tu_device_tensor(a, u8, 2, as), tb = tu_device_tensor(b, u8, 2, bsh), tc = tu_device_tensor(c, bf, 2, cs);
+  /* The kernel sk_gemm_mm launches here (docs/ops/gemm.md: decode, 8 tokens, default 4 warps x 2 row tiles). */
+  const sk_kernel_request req = {"bench", "gemm/gemv_decode.cuh", "sk::gemm::gemv_decode<4, 0, 1, 4, 2>",
+                                 "recipe=tensor_fp8 out=bf16 decode tokens<=8", NULL, NULL, 0, 0};
+  sk_kernel *kern;
+  if (sk_kernel_resolve(&req, &kern) != SK_OK || sk_gemm_mm(SK_GEMM_TENSOR_FP8, &ta, NULL, &tb, NULL, NULL, &tc, NULL, 0, s)) {
+    printf("host overhead: error: %s\n", sk_last_error_message());
+    return;
+  }
+  const void *ac = a, *bc = b, *nul = NULL;
+  void *cp = c, *partials = NULL, *counters = NULL;
+  int mi = (int)m, ni = (int)n, ki = (int)k, ldc = (int)n, splits = 1;
+  void *args[] = {(void *)&ac, (void *)&nul, (void *)&bc, (void *)&nul, (void *)&nul, &cp, &mi, &ni, &ki, &ldc, &splits,
+                  &partials, &counters};
+  double mm[21], raw[21];
+  const int calls = 2000;
+  for (int rep = 0; rep < 21; rep++) {
+    const double t0 = now_us();
+    for (int i = 0; i < calls; i++) sk_kernel_launch(kern, (sk_dim3){4, 1, 1}, (sk_dim3){128, 1, 1}, 0, s, args);
+    const double t1 = now_us();
+    for (int i = 0; i < calls; i++) sk_gemm_mm(SK_GEMM_TENSOR_FP8, &ta, NULL, &tb, NULL, NULL, &tc, NULL, 0, s);
+    const double t2 = now_us();
+    raw[rep] = (t1 - t0) / calls;
+    mm[rep] = (t2 - t1) / calls;
+    CK(cudaStreamSynchronize(s));
+  }
+  CK(cudaGetLastError());
+  qsort(raw, 21, sizeof(double), bench_cmp_double);
+  qsort(mm, 21, sizeof(double), bench_cmp_double);
+  printf("\n| host time per call (tensor_fp8, M = 1, 128x128) | us |\n|---|---|\n");
+  printf("| sk_kernel_launch of the decode kernel | %.3f |\n| sk_gemm_mm | %.3f |\n| sk_gemm_mm overhead | %.3f |\n",
+         raw[10], mm[10], mm[10] - raw[10]);
+  bench_json_row(json, "{\"host_launch_us\":%.3f,\"host_mm_us\":%.3f}", raw[10], mm[10]);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  CK(cudaFree(c));
 }
 
 static const char *names[] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
@@ -199,6 +255,7 @@ int main(void) {
         if (ws) CK(cudaFree(ws));
       }
   bench_mxfp8_linear(s, e0, e1, &rng, &json);
+  bench_host_overhead(s, &rng, &json);
   bench_json_close(&json);
   return 0;
 }

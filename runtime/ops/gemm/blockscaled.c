@@ -3,6 +3,7 @@
  * kernel_src/gemm/mma_tiled.cuh (M > 16). */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,50 +167,76 @@ static unsigned tiled_smem_bytes(sk_gemm_recipe r, tile_cfg t) {
   return (unsigned)t.stages * ((unsigned)(t.bm + t.bn) * row_bytes + sa + sb);
 }
 
-enum { PATH_DECODE = 0, PATH_TILED = 1, PATH_SM120 = 2 };
+enum { PATH_DECODE = 0, PATH_TILED = 1, PATH_SM120 = 2, PATH_FUSED = 3 };
 
-/* Everything that decides which kernel runs and how it is launched. */
+/* Everything that decides which kernel runs and how it is launched. The kernel is named by path,
+ * recipe, out and its template arguments (tmpl); cfg_id packs exactly those, so equal ids mean the
+ * same kernel for one arch and the one-shot memo below can skip formatting and hashing requests. */
 typedef struct gemm_cfg {
-  int path;
-  const char *source;
-  char name[160], params[128];
+  int path, recipe, out;
+  int tmpl[6];
   sk_dim3 grid, block;
   unsigned smem;
   int bm; /* rows of C per block (tiled and SM120 paths) */
 } gemm_cfg;
 
+static const char *const path_sources[] = {DECODE_SOURCE, TILED_SOURCE, SM120_SOURCE, DECODE_SOURCE};
+
+static uint64_t cfg_id(const gemm_cfg *c) {
+  uint64_t id = (uint64_t)1 << 63 | (uint64_t)c->path << 56 | (uint64_t)c->recipe << 52 | (uint64_t)c->out << 48;
+  for (int i = 0; i < 6; i++) id |= (uint64_t)(c->tmpl[i] & 0xFF) << (8 * i); /* every argument is < 256 */
+  return id;
+}
+
+/* The kernel request's name expression and params (what the cache key and compile logs see). */
+static void cfg_strings(const gemm_cfg *c, char name[160], char params[128]) {
+  const int *t = c->tmpl;
+  const char *rn = recipe_names[c->recipe], *on = out_names[c->out];
+  switch (c->path) {
+  case PATH_DECODE:
+    snprintf(name, 160, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d>", c->recipe, c->out, t[0], t[1], t[2]);
+    snprintf(params, 128, "recipe=%s out=%s decode tokens<=%d", rn, on, 8 * t[0]);
+    break;
+  case PATH_FUSED:
+    snprintf(name, 160, "sk::gemm::gemv_decode_mxfp8_bf16<%d, %d, %d, %d>", c->out, t[0], t[1], t[2]);
+    snprintf(params, 128, "recipe=mxfp8 out=%s decode tokens<=%d in=bf16 fused-quant", on, 8 * t[0]);
+    break;
+  case PATH_SM120:
+    snprintf(name, 160, "sk::gemm::sm120_blockscaled<%d, %d, %d, 128, 128, %d, 4, %d>", c->recipe, c->out, t[0], t[1],
+             t[2]);
+    snprintf(params, 128, "recipe=%s out=%s sm120 tile=%dx128x128 stages=%d", rn, on, t[0], t[2]);
+    break;
+  default:
+    snprintf(name, 160, "sk::gemm::mma_tiled<%d, %d, %d, %d, %d, %d, %d, %d>", c->recipe, c->out, t[0], t[1], t[2],
+             t[3], t[4], t[5]);
+    snprintf(params, 128, "recipe=%s out=%s tile=%dx%dx%d stages=%d", rn, on, t[0], t[1], t[2], t[5]);
+  }
+}
+
 static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
+  *c = (gemm_cfg){.recipe = (int)r, .out = out};
   if (m <= DECODE_MAX_M) {
     const decode_cfg d = decode_config();
     c->path = PATH_DECODE;
-    c->source = DECODE_SOURCE;
-    snprintf(c->name, sizeof c->name, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d>", (int)r, out, m <= 8 ? 1 : 2,
-             d.warps, d.row_tiles);
-    snprintf(c->params, sizeof c->params, "recipe=%s out=%s decode tokens<=%d", recipe_names[r], out_names[out],
-             m <= 8 ? 8 : 16);
+    c->tmpl[0] = m <= 8 ? 1 : 2; /* token tiles of 8 */
+    c->tmpl[1] = d.warps;
+    c->tmpl[2] = d.row_tiles;
     c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 16 * d.row_tiles), 1, 1};
     c->block = (sk_dim3){32u * (unsigned)d.warps, 1, 1};
-    c->smem = 0;
   } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
     const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
     c->path = PATH_SM120;
-    c->source = SM120_SOURCE;
-    snprintf(c->name, sizeof c->name, "sk::gemm::sm120_blockscaled<%d, %d, %d, 128, 128, %d, 4, %d>", (int)r, out, bm, wm,
-             stages);
-    snprintf(c->params, sizeof c->params, "recipe=%s out=%s sm120 tile=%dx128x128 stages=%d", recipe_names[r],
-             out_names[out], bm, stages);
+    c->tmpl[0] = bm;
+    c->tmpl[1] = wm;
+    c->tmpl[2] = stages;
     c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 128), (unsigned)sk_cdiv(m, bm), 1};
     c->block = (sk_dim3){32u * (unsigned)(wm * 4), 1, 1};
     c->smem = (unsigned)sk_sm120_smem_bytes((int)r, bm, 128, stages);
     c->bm = bm;
   } else {
-    tile_cfg t = tiled_config(m, n);
+    const tile_cfg t = tiled_config(m, n);
     c->path = PATH_TILED;
-    c->source = TILED_SOURCE;
-    snprintf(c->name, sizeof c->name, "sk::gemm::mma_tiled<%d, %d, %d, %d, %d, %d, %d, %d>", (int)r, out, t.bm, t.bn,
-             t.bk, t.wm, t.wn, t.stages);
-    snprintf(c->params, sizeof c->params, "recipe=%s out=%s tile=%dx%dx%d stages=%d", recipe_names[r], out_names[out],
-             t.bm, t.bn, t.bk, t.stages);
+    memcpy(c->tmpl, (const int[6]){t.bm, t.bn, t.bk, t.wm, t.wn, t.stages}, sizeof c->tmpl);
     c->grid = (sk_dim3){(unsigned)sk_cdiv(n, t.bn), (unsigned)sk_cdiv(m, t.bm), 1};
     c->block = (sk_dim3){32u * (unsigned)(t.wm * t.wn), 1, 1};
     c->smem = tiled_smem_bytes(r, t);
@@ -223,12 +250,7 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
  * quantize + mm). Larger M: quantizer launch + the mm kernel gemm_config picks. */
 static void linear_config(int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
   gemm_config(SK_GEMM_MXFP8, out, m, n, arch, c);
-  if (c->path != PATH_DECODE || m > LINEAR_FUSED_MAX_M) return;
-  const decode_cfg d = decode_config();
-  snprintf(c->name, sizeof c->name, "sk::gemm::gemv_decode_mxfp8_bf16<%d, %d, %d, %d>", out, m <= 8 ? 1 : 2, d.warps,
-           d.row_tiles);
-  snprintf(c->params, sizeof c->params, "recipe=mxfp8 out=%s decode tokens<=%d in=bf16 fused-quant", out_names[out],
-           m <= 8 ? 8 : 16);
+  if (c->path == PATH_DECODE && m <= LINEAR_FUSED_MAX_M) c->path = PATH_FUSED;
 }
 
 /* gemm.mxfp8_linear's activation quantizer above LINEAR_FUSED_MAX_M (the quantization.mxfp8
@@ -255,11 +277,23 @@ static sk_status device_arch(const char **arch) {
   return SK_OK;
 }
 
-static sk_status resolve_cfg(const gemm_cfg *c, const char *arch, sk_kernel **k) {
-  if (!sk_find_embedded_source(c->source))
-    return sk_set_error(SK_ERR_UNSUPPORTED, OP ": this build lacks %s (needed for %s)", c->source, c->params);
-  SK_TRY(sk_op_resolve(OP, c->source, c->name, c->params, arch, k));
+static sk_status resolve_cfg(const char *op, const gemm_cfg *c, const char *arch, sk_kernel **k) {
+  char name[160], params[128];
+  cfg_strings(c, name, params);
+  const char *source = path_sources[c->path];
+  if (!sk_find_embedded_source(source))
+    return sk_set_error(SK_ERR_UNSUPPORTED, OP ": this build lacks %s (needed for %s)", source, params);
+  SK_TRY(sk_op_resolve(op, source, name, params, arch, k));
   return sk_op_allow_dynamic_smem(*k, (unsigned)c->smem); /* remembered per kernel: an atomic load after the first */
+}
+
+/* The request a config adds to a manifest's list (skipped when this build lacks its source). */
+static sk_status add_cfg_request(const char *op, const gemm_cfg *c, const char *arch, sk_request_list *out) {
+  char name[160], params[128];
+  cfg_strings(c, name, params);
+  if (!sk_find_embedded_source(path_sources[c->path])) return SK_OK;
+  const sk_kernel_request req = {op, path_sources[c->path], name, params, arch, NULL, 0, 0};
+  return sk_request_list_add(out, &req);
 }
 
 /* ---- validation ------------------------------------------------------------------------------ */
@@ -334,7 +368,7 @@ static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe
   const void *ac = x->ac, *as = x->as, *bc = x->bc, *bs = x->bs, *alpha = x->alpha;
   void *c = x->c;
   int m = (int)x->m, n = (int)x->n, k = (int)x->k, ldc = (int)x->n;
-  if (cfg->path == PATH_DECODE) {
+  if (cfg->path == PATH_DECODE || cfg->path == PATH_FUSED) {
     int splits = (int)decode_k_splits(r, x->n, x->k);
     void *partials = NULL, *counters = NULL;
     if (splits > 1) {
@@ -356,6 +390,43 @@ static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe
   return sk_kernel_launch(kern, cfg->grid, cfg->block, cfg->smem, stream, args);
 }
 
+/* One-shot memo: cfg_id -> the kernel resolved for the current device's arch. A repeated call of a
+ * shape skips formatting the request and hashing its key (about 1 us of host time per call), which
+ * matters at decode where a launch is ~4.5 us. Kernels live as long as the process, so entries
+ * never go stale; the table only grows (a few hundred configs exist) and a full table falls back to
+ * resolving. Readers are lock-free: a slot's kernel is stored before its id (release/acquire). */
+#define MEMO_SLOTS 1024
+static struct {
+  _Atomic uint64_t id;
+  _Atomic(sk_kernel *) kernel;
+} memo[MEMO_SLOTS];
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t memo_slot(uint64_t id) { return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 54); /* 10 bits */ }
+
+static sk_kernel *memo_find(uint64_t id) {
+  for (size_t i = memo_slot(id), n = 0; n < MEMO_SLOTS; i = (i + 1) % MEMO_SLOTS, n++) {
+    const uint64_t at = atomic_load_explicit(&memo[i].id, memory_order_acquire);
+    if (at == id) return atomic_load_explicit(&memo[i].kernel, memory_order_relaxed);
+    if (!at) return NULL;
+  }
+  return NULL;
+}
+
+static void memo_add(uint64_t id, sk_kernel *k) {
+  pthread_mutex_lock(&memo_lock);
+  for (size_t i = memo_slot(id), n = 0; n < MEMO_SLOTS; i = (i + 1) % MEMO_SLOTS, n++) {
+    const uint64_t at = atomic_load_explicit(&memo[i].id, memory_order_relaxed);
+    if (at == id) break;
+    if (!at) {
+      atomic_store_explicit(&memo[i].kernel, k, memory_order_relaxed);
+      atomic_store_explicit(&memo[i].id, id, memory_order_release);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&memo_lock);
+}
+
 /* fused: gemm.mxfp8_linear's decode kernel (linear_config), x->ac holding BF16 tokens. */
 static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
   SK_TRY(check_tile_override());
@@ -364,8 +435,12 @@ static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *wo
   gemm_cfg cfg;
   if (fused) linear_config(x->out, x->m, x->n, arch, &cfg);
   else gemm_config(r, x->out, x->m, x->n, arch, &cfg);
-  sk_kernel *kern;
-  SK_TRY(resolve_cfg(&cfg, arch, &kern));
+  const uint64_t id = cfg_id(&cfg);
+  sk_kernel *kern = memo_find(id);
+  if (!kern) {
+    SK_TRY(resolve_cfg(OP, &cfg, arch, &kern));
+    memo_add(id, kern);
+  }
   return launch_cfg(kern, &cfg, r, x, workspace, ws_bytes, stream);
 }
 
@@ -399,7 +474,7 @@ static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, s
     else gemm_config(recipe, (int)out, ms[i], n, arch, &cfg);
     quantizer = quantizer || (linear && ms[i] > LINEAR_FUSED_MAX_M);
     sk_kernel *kern;
-    SK_TRY(resolve_cfg(&cfg, arch, &kern));
+    SK_TRY(resolve_cfg(OP, &cfg, arch, &kern));
   }
   if (quantizer) { /* through the op spine like the configs: offline (no GPU) it compiles and caches */
     const sk_kernel_request q = linear_quantizer_request(arch);
@@ -513,9 +588,13 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
   }
   /* The activation quantizer is the quantization.mxfp8 kernel (the same rule as upstream's
    * quantize_mxfp8_rows), resolved like any one-shot kernel on first use. */
-  const sk_kernel_request qr = linear_quantizer_request(NULL);
-  sk_kernel *qk;
-  SK_TRY(sk_kernel_resolve(&qr, &qk));
+  const uint64_t quantizer_id = (uint64_t)1 << 63 | (uint64_t)0xFF << 56; /* no config's path is 0xFF */
+  sk_kernel *qk = memo_find(quantizer_id);
+  if (!qk) {
+    const sk_kernel_request qr = linear_quantizer_request(NULL);
+    SK_TRY(sk_kernel_resolve(&qr, &qk));
+    memo_add(quantizer_id, qk);
+  }
   uint8_t *codes = workspace, *scales = codes + (((size_t)(m * k) + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN);
   int64_t cshape[2] = {m, k}, sshape[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 32)};
   DLTensor tc = {codes, x->device, 2, SK_DL_U8, cshape, NULL, 0};
@@ -574,9 +653,7 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
     if (forced == SK_GEMM_MXFP8) linear_config(o, m, (int64_t)nj->valuedouble, arch, &cfg);
     else gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, arch, &cfg);
     quantizer = quantizer || (forced == SK_GEMM_MXFP8 && m > LINEAR_FUSED_MAX_M); /* else quantized in the kernel */
-    if (!sk_find_embedded_source(cfg.source)) continue; /* a kernel this build lacks */
-    sk_kernel_request req = {OP, cfg.source, cfg.name, cfg.params, arch, NULL, 0, 0};
-    SK_TRY(sk_request_list_add(out, &req));
+    SK_TRY(add_cfg_request(OP, &cfg, arch, out));
   }
   if (quantizer) {
     const sk_kernel_request q = linear_quantizer_request(arch);
@@ -659,7 +736,7 @@ SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps 
   for (int i = 0; s == SK_OK && i < BFP8_CFGS; i++) {
     if (i > bfp8_regime(caps->max_m)) break;
     gemm_config(SK_GEMM_BLOCK_FP8, (int)caps->out, bfp8_regime_m[i], caps->n, p->arch, &p->cfg[i]);
-    s = resolve_cfg(&p->cfg[i], p->arch, &p->kern[i]);
+    s = resolve_cfg(BFP8_OP, &p->cfg[i], p->arch, &p->kern[i]);
   }
   if (s == SK_OK) {
     const int64_t m = caps->max_m, k = caps->k;
@@ -765,9 +842,7 @@ static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list
   for (int i = 0; i <= bfp8_regime((int64_t)mj->valuedouble); i++) {
     gemm_cfg cfg;
     gemm_config(SK_GEMM_BLOCK_FP8, o, bfp8_regime_m[i], (int64_t)nj->valuedouble, arch, &cfg);
-    if (!sk_find_embedded_source(cfg.source)) continue;
-    sk_kernel_request r = {BFP8_OP, cfg.source, cfg.name, cfg.params, arch, NULL, 0, 0};
-    SK_TRY(sk_request_list_add(out, &r));
+    SK_TRY(add_cfg_request(BFP8_OP, &cfg, arch, out));
   }
   return SK_OK;
 }
