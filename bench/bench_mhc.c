@@ -2,7 +2,8 @@
  * 4096, 7168 and T in {1, 8, 16, 128, 4096} (8: the largest T on the scalar partial kernels by
  * default; SPARKINFER_MHC_SCALAR_MAX_T=0 / =16 move the crossover to compare both variants).
  * Bytes = every input read once + every output written once. CUDA events around 100 runs after
- * warm-up, median of 7 rounds; random data. SK_BENCH_H=7168 SK_BENCH_T=1,4096 keep only those rows. */
+ * warm-up, median of 7 rounds (GB/s from these; "graph": the same 100 runs replayed from a CUDA
+ * graph, GPU time without the host's launch cost); random data. SK_BENCH_H=7168 SK_BENCH_T=1,4096 keep only those rows. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,15 @@ static void *rand_dev(size_t bytes, unsigned seed, int bf16) {
   return d;
 }
 
+typedef struct mhc_call_ctx {
+  const sk_mhc_plan *plan;
+  const sk_binding *binding;
+} mhc_call_ctx;
+static int mhc_call(void *ctx, cudaStream_t s) {
+  const mhc_call_ctx *c = ctx;
+  return sk_mhc_run(c->plan, c->binding, s) != SK_OK;
+}
+
 int main(void) {
   bench_json json = bench_json_open();
   CK(cudaSetDevice(0));
@@ -37,10 +47,7 @@ int main(void) {
   DLDataType bf = {kDLBfloat, 16, 1}, f32 = {kDLFloat, 32, 1};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  printf("| entry | H | T | us/run | GB/s | %% of 4300 GB/s |\n|---|---|---|---|---|---|\n");
+  printf("| entry | H | T | us/run | graph us/run | GB/s | %% of 4300 GB/s |\n|---|---|---|---|---|---|---|\n");
   for (int hi = 0; hi < 3; hi++)
     for (int ti = 0; ti < (int)(sizeof ts / sizeof ts[0]); ti++) {
       const int64_t h = hs[hi], t = ts[ti];
@@ -82,21 +89,17 @@ int main(void) {
           bytes = t * h * 2.0 + 4.0 * t * h * 2 + 96.0 * h * 4 + h * 2.0 + 4.0 * t * h * 2 + t * h * 2.0 + t * 160.0;
           name = "post_pre";
         }
-        for (int i = 0; i < 10; i++) SK(sk_mhc_run(p, &b, s));
-        float rounds[7];
-        for (int r = 0; r < 7; r++) {
-          CK(cudaEventRecord(e0, s));
-          for (int i = 0; i < 100; i++) SK(sk_mhc_run(p, &b, s));
-          CK(cudaEventRecord(e1, s));
-          CK(cudaEventSynchronize(e1));
-          CK(cudaEventElapsedTime(&rounds[r], e0, e1));
+        mhc_call_ctx ctx = {p, &b};
+        const double us = bench_stream_us(mhc_call, &ctx, s, 100, 7), graph_us = bench_graph_us(mhc_call, &ctx, s, 100, 7);
+        if (us < 0 || graph_us < 0) {
+          fprintf(stderr, "sk_mhc_run: %s\n", sk_last_error_message());
+          return 1;
         }
-        CK(cudaGetLastError());
-        qsort(rounds, 7, sizeof(float), bench_cmp_float);
-        double us = rounds[3] * 10.0, gbs = bytes / (us * 1e-6) / 1e9;
-        printf("| %s | %lld | %lld | %.2f | %.0f | %.0f%% |\n", name, (long long)h, (long long)t, us, gbs, gbs / 43);
-        bench_json_row(&json, "{\"entry\":\"%s\",\"h\":%lld,\"t\":%lld,\"us\":%.4f,\"gbs\":%.1f}", name, (long long)h,
-                       (long long)t, us, gbs);
+        const double gbs = bytes / (us * 1e-6) / 1e9;
+        printf("| %s | %lld | %lld | %.2f | %.2f | %.0f | %.0f%% |\n", name, (long long)h, (long long)t, us, graph_us, gbs,
+               gbs / 43);
+        bench_json_row(&json, "{\"entry\":\"%s\",\"h\":%lld,\"t\":%lld,\"us\":%.4f,\"graph_us\":%.4f,\"gbs\":%.1f}",
+                       name, (long long)h, (long long)t, us, graph_us, gbs);
       }
       void *all[] = {scratch, x, res, w, fn, fnp, pp, pc, sc, ba, ro, y, po, co};
       for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cudaFree(all[i]));

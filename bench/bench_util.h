@@ -43,4 +43,69 @@ static inline int bench_cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+
+/* One call of the op under test, enqueued on stream s; returns nonzero on failure. */
+typedef int (*bench_call_fn)(void *ctx, cudaStream_t s);
+
+/* Median microseconds per call: `rounds` rounds (<= 15) of `calls` back-to-back calls between two
+ * CUDA events, after 10 warm-up calls. Includes the host's launch cost wherever that exceeds the
+ * GPU time (about 4.5 us per launch on the H200 host). Returns -1 if a call fails. */
+static inline double bench_stream_us(bench_call_fn call, void *ctx, cudaStream_t s, int calls, int rounds) {
+  float t[15];
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 10; i++)
+    if (call(ctx, s)) return -1;
+  for (int r = 0; r < rounds; r++) {
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < calls; i++)
+      if (call(ctx, s)) return -1;
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&t[r], e0, e1));
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  qsort(t, (size_t)rounds, sizeof(float), bench_cmp_float);
+  return t[rounds / 2] * 1e3 / calls;
+}
+
+/* The same `calls` calls captured once into a CUDA graph and replayed `rounds` times (<= 15):
+ * median microseconds per call on the GPU without host launch cost, which is what a server that
+ * replays graphs sees. Returns -1 if a call fails. */
+static inline double bench_graph_us(bench_call_fn call, void *ctx, cudaStream_t s, int calls, int rounds) {
+  float t[15];
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  int bad = 0;
+  for (int i = 0; i < calls && !bad; i++) bad = call(ctx, s);
+  CK(cudaStreamEndCapture(s, &g));
+  if (bad) {
+    CK(cudaGraphDestroy(g));
+    return -1;
+  }
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaGraphLaunch(ge, s));
+  for (int r = 0; r < rounds; r++) {
+    CK(cudaEventRecord(e0, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&t[r], e0, e1));
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  qsort(t, (size_t)rounds, sizeof(float), bench_cmp_float);
+  return t[rounds / 2] * 1e3 / calls;
+}
+
 #endif
