@@ -3,6 +3,7 @@
  * K products (bounded by the sum of |a||b|) plus the final rounding to the output type; NaN never
  * passes. Poisoned outputs; two runs bit-identical; graph replay after a freeze bit-identical. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -461,4 +462,109 @@ Test(gpu_gemm, block_fp8_linear_matches_quantize_then_reference, .init = setup, 
   free(wc); free(wsc);
   sk_block_fp8_linear_plan_destroy(plan);
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+/* One-shot calls from several threads at once, starting with an empty memo of resolved kernels:
+ * every thread races to resolve and publish the same configurations (decode for M = 3, tiled for
+ * M = 64 where the build has it, every recipe). Each thread's outputs must equal, bit for bit, a single-threaded run done
+ * afterwards (the kernels are deterministic, so any kernel mix-up or torn memo entry shows). */
+enum { MEMO_THREADS = 4, MEMO_RECIPES = 5, MEMO_MS = 2 };
+typedef struct memo_case {
+  dev_operand a[MEMO_MS], b;
+  size_t m[MEMO_MS];
+} memo_case;
+typedef struct memo_thread {
+  memo_case *cases;
+  void *out[MEMO_RECIPES][MEMO_MS];
+  int64_t shape[MEMO_MS][2];
+  sk_status status;
+  int order;
+} memo_thread;
+
+static void memo_run_all(memo_thread *t, cudaStream_t s) {
+  for (int i = 0; i < MEMO_RECIPES * MEMO_MS && t->status == SK_OK; i++) {
+    const int j = (i * 3 + t->order) % (MEMO_RECIPES * MEMO_MS), r = j / MEMO_MS, mi = j % MEMO_MS;
+    memo_case *c = &t->cases[r];
+    DLTensor tc = tu_device_tensor(t->out[r][mi], out_dt[0], 2, t->shape[mi]);
+    const int scaled = r != SKREF_GEMM_TENSOR_FP8;
+    t->status = sk_gemm_mm((sk_gemm_recipe)r, &c->a[mi].tc, scaled ? &c->a[mi].ts : NULL, &c->b.tc,
+                           scaled ? &c->b.ts : NULL, NULL, &tc, NULL, 0, s);
+  }
+}
+
+static void *memo_thread_main(void *arg) {
+  memo_thread *t = arg;
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    t->status = SK_ERR_CUDA;
+    return NULL;
+  }
+  for (int rep = 0; rep < 10 && t->status == SK_OK; rep++) memo_run_all(t, s);
+  if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess) t->status = SK_ERR_CUDA;
+  return NULL;
+}
+
+Test(gpu_gemm, one_shot_memo_is_thread_safe, .init = setup, .fini = teardown, .timeout = 300) {
+  uint64_t seed = skref_test_seed("gpu gemm memo threads"), rng = seed;
+  const size_t n = 256, k = 512, ms[MEMO_MS] = {3, have_tiled() ? 64 : 16}; /* 16: the 2-token-tile decode kernel */
+  memo_case cases[MEMO_RECIPES];
+  for (int r = 0; r < MEMO_RECIPES; r++) {
+    const skref_gemm_recipe rr = (skref_gemm_recipe)r;
+    for (int mi = 0; mi < MEMO_MS; mi++) {
+      const size_t m = ms[mi];
+      uint8_t *ac = malloc(skref_gemm_code_bytes(rr, m, k));
+      void *as = malloc(skref_gemm_scale_bytes(rr, SKREF_GEMM_A, m, k) + 4);
+      skref_gemm_random_operand(rr, SKREF_GEMM_A, m, k, &rng, ac, as);
+      upload_operand(rr, SKREF_GEMM_A, m, k, ac, as, &cases[r].a[mi]);
+      free(ac);
+      free(as);
+    }
+    uint8_t *bc = malloc(skref_gemm_code_bytes(rr, n, k));
+    void *bs = malloc(skref_gemm_scale_bytes(rr, SKREF_GEMM_B, n, k) + 4);
+    skref_gemm_random_operand(rr, SKREF_GEMM_B, n, k, &rng, bc, bs);
+    upload_operand(rr, SKREF_GEMM_B, n, k, bc, bs, &cases[r].b);
+    free(bc);
+    free(bs);
+  }
+  memo_thread th[MEMO_THREADS + 1];
+  for (int t = 0; t <= MEMO_THREADS; t++) {
+    th[t] = (memo_thread){.cases = cases, .status = SK_OK, .order = t};
+    for (int mi = 0; mi < MEMO_MS; mi++) {
+      th[t].shape[mi][0] = (int64_t)ms[mi];
+      th[t].shape[mi][1] = (int64_t)n;
+      for (int r = 0; r < MEMO_RECIPES; r++) {
+        CUDA_OK(cudaMalloc(&th[t].out[r][mi], ms[mi] * n * 2));
+        CUDA_OK(cudaMemset(th[t].out[r][mi], 0xff, ms[mi] * n * 2)); /* NaN poison */
+      }
+    }
+  }
+  pthread_t ids[MEMO_THREADS];
+  for (int t = 0; t < MEMO_THREADS; t++) cr_assert_eq(pthread_create(&ids[t], NULL, memo_thread_main, &th[t]), 0);
+  for (int t = 0; t < MEMO_THREADS; t++) pthread_join(ids[t], NULL);
+  memo_thread_main(&th[MEMO_THREADS]); /* the single-threaded run, memo now full */
+  for (int t = 0; t <= MEMO_THREADS; t++) cr_assert_eq(th[t].status, SK_OK, "thread %d: %s", t, sk_last_error_message());
+  for (int r = 0; r < MEMO_RECIPES; r++)
+    for (int mi = 0; mi < MEMO_MS; mi++) {
+      const size_t bytes = ms[mi] * n * 2;
+      uint16_t *want = malloc(bytes), *got = malloc(bytes);
+      CUDA_OK(cudaMemcpy(want, th[MEMO_THREADS].out[r][mi], bytes, cudaMemcpyDeviceToHost));
+      size_t nan = 0;
+      for (size_t i = 0; i < bytes / 2; i++) nan += (want[i] & 0x7f80) == 0x7f80 && (want[i] & 0x7f);
+      cr_assert_eq(nan, 0, "seed %llu %s M=%zu: %zu outputs unwritten or NaN", (unsigned long long)seed,
+                   skref_gemm_recipe_name((skref_gemm_recipe)r), ms[mi], nan);
+      for (int t = 0; t < MEMO_THREADS; t++) {
+        CUDA_OK(cudaMemcpy(got, th[t].out[r][mi], bytes, cudaMemcpyDeviceToHost));
+        cr_assert_eq(memcmp(want, got, bytes), 0, "seed %llu %s M=%zu: thread %d differs from the serial run",
+                     (unsigned long long)seed, skref_gemm_recipe_name((skref_gemm_recipe)r), ms[mi], t);
+      }
+      free(want);
+      free(got);
+    }
+  for (int t = 0; t <= MEMO_THREADS; t++)
+    for (int r = 0; r < MEMO_RECIPES; r++)
+      for (int mi = 0; mi < MEMO_MS; mi++) CUDA_OK(cudaFree(th[t].out[r][mi]));
+  for (int r = 0; r < MEMO_RECIPES; r++) {
+    for (int mi = 0; mi < MEMO_MS; mi++) free_operand(&cases[r].a[mi]);
+    free_operand(&cases[r].b);
+  }
 }
