@@ -109,6 +109,11 @@ $(BUILD)/lib/libskref.a: $(REF_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^ $(if $(REF_OBJS),,)
 
+# The mhc reference as a shared library, for bench/peer_mhc_torch.py's check (ctypes).
+$(BUILD)/lib/libskref_mhc.so: tests/ref/mhc.c tests/ref/mhc.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests -fPIC -shared -o $@ $< -lm
+
 $(BUILD)/tests/helpers/%: tests/helpers/%.c $(STLIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
@@ -128,7 +133,7 @@ $(BUILD)/bench/%: bench/%.c $(STLIB) $(BUILD)/lib/libskref.a
 test: lib tools $(TEST_BINS) $(HELPER_BINS)
 	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(TEST_BINS)
 
-gpu-bins: lib tools $(GPU_TEST_BINS) $(HELPER_BINS) $(BENCH_BINS)
+gpu-bins: lib tools $(GPU_TEST_BINS) $(HELPER_BINS) $(BENCH_BINS) $(BUILD)/lib/libskref_mhc.so
 
 gpu-test: gpu-bins
 	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(GPU_TEST_BINS)
