@@ -724,65 +724,18 @@ SK_DEVICE void load_norm_weight(const NoNormWeight*, i64, float (&out)[8]) {
 SK_DEVICE void load_norm_weight(const bf16* __restrict__ w, i64 h, float (&out)[8]) { load_readonly_bf16x8(w + h, out); }
 SK_DEVICE void load_norm_weight(const float* __restrict__ w, i64 h, float (&out)[8]) { load_readonly_f32x8(w + h, out); }
 
-// Stream vectors the finalize collapses: x for run_pre (the 4 streams are copies of it), the 4
-// streams of residual_out for run_post_pre. Raw 16-byte vectors, unpacked only when used.
-template <bool BROADCAST>
-struct FinalizeStreams {
-  static constexpr int kLoads = BROADCAST ? 1 : kStreams;  // 16-byte loads per lane and tile
-  // Tiles a warp has in flight at once: a tile is only 512 B per warp per stream, and one load in
-  // flight per warp left the run_pre finalize at ~60% of copy bandwidth (load latency exposed
-  // once per tile). 6 x 16 B (pre) / 2 x 64 B (post_pre) per lane: <= 72 registers, no spills
-  // on sm_90a / sm_120a / sm_121a (8 for pre spilled on sm_120a with an fp32 norm weight).
-  static constexpr int kBatch = BROADCAST ? 6 : 2;
-};
-
-// Issue the loads of this warp's batch: tiles first_tile + k * tile_step (k < kBatch) of the CTA's
-// slice, those below tiles_here.
+// Streams of the finalize: read the 4 bf16 streams (or x, 4 times over) of one lane's 8 elements.
 template <int HIDDEN, bool BROADCAST>
-SK_DEVICE void load_finalize_batch(const bf16* __restrict__ src, i64 token, i64 slice_h, int first_tile,
-                                   int tile_step, int tiles_here, int lane,
-                                   uint4 (&raw)[FinalizeStreams<BROADCAST>::kBatch][FinalizeStreams<BROADCAST>::kLoads]) {
-  typedef FinalizeStreams<BROADCAST> F;
+SK_DEVICE void load_stream_vectors(const bf16* __restrict__ src, i64 token, i64 h, float (&r)[kStreams][8]) {
+  if (BROADCAST) {
+    load_readonly_bf16x8(src + token * HIDDEN + h, r[0]);
 #pragma unroll
-  for (int k = 0; k < F::kBatch; ++k) {
-    const int t = first_tile + k * tile_step;
-    if (t >= tiles_here) break;
-    const i64 h = slice_h + static_cast<i64>(t) * kTileH + lane * kBf16PerVector;
+    for (int s = 1; s < kStreams; ++s)
 #pragma unroll
-    for (int s = 0; s < F::kLoads; ++s)
-      raw[k][s] = load_readonly_16B(BROADCAST ? src + token * HIDDEN + h : src + (token * kStreams + s) * HIDDEN + h);
-  }
-}
-
-// Collapse (and norm) one batch: y_raw = fma chain over the 4 streams (for run_pre the same chain
-// with every stream = x), rounded once (or twice with a fused norm).
-template <int HIDDEN, bool BROADCAST, typename NormWeight>
-SK_DEVICE void collapse_finalize_batch(
-    const uint4 (&raw)[FinalizeStreams<BROADCAST>::kBatch][FinalizeStreams<BROADCAST>::kLoads],
-    const float (&pre)[kStreams], float norm_scale, const NormWeight* __restrict__ norm_weight, bf16* __restrict__ y,
-    i64 token, i64 slice_h, int first_tile, int tile_step, int tiles_here, int lane) {
-  typedef FinalizeStreams<BROADCAST> F;
-  constexpr bool kFuseNorm = NormWeightTraits<NormWeight>::kFused;
+      for (int e = 0; e < 8; ++e) r[s][e] = r[0][e];
+  } else {
 #pragma unroll
-  for (int k = 0; k < F::kBatch; ++k) {
-    const int t = first_tile + k * tile_step;
-    if (t >= tiles_here) break;
-    const i64 h = slice_h + static_cast<i64>(t) * kTileH + lane * kBf16PerVector;
-    float r[kStreams][8], wv[8], out[8];
-#pragma unroll
-    for (int s = 0; s < kStreams; ++s) unpack_bf16x8(raw[k][BROADCAST ? 0 : s], r[s]);
-    load_norm_weight(norm_weight, h, wv);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float y_raw = fmaf(pre[3], r[3][e], fmaf(pre[2], r[2][e], fmaf(pre[1], r[1][e], pre[0] * r[0][e])));
-      if (kFuseNorm) {
-        const float y_pre = __bfloat162float(__float2bfloat16_rn(y_raw));
-        out[e] = (y_pre * norm_scale) * wv[e];
-      } else {
-        out[e] = y_raw;
-      }
-    }
-    store_16B(y + token * HIDDEN + h, pack_bf16x8_rn(out));
+    for (int s = 0; s < kStreams; ++s) load_readonly_bf16x8(src + (token * kStreams + s) * HIDDEN + h, r[s]);
   }
 }
 
@@ -793,7 +746,6 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
                              float* __restrict__ post, float* __restrict__ comb, int num_tokens, int hidden_per_cta,
                              int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
-  typedef FinalizeStreams<BROADCAST> F;
   constexpr int kTiles = num_tiles(HIDDEN);
   constexpr bool kFuseNorm = NormWeightTraits<NormWeight>::kFused;
   constexpr int kReduced = kMixes + kGramPairs;
@@ -805,21 +757,6 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
   if (token >= num_tokens) return;
   const int tid = static_cast<int>(threadIdx.x);
 
-  // y does not depend on comb: in the CTA that writes post and comb the last warp runs Sinkhorn
-  // (one lane) while the other warps collapse. Warp w collapses the slice's tiles w, w + y_warps, ...
-  constexpr int kWarps = kFinalizeThreads / kWarpSize;
-  const bool writes_outputs = blockIdx.y == 0;  // one CTA per token writes post and comb
-  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int y_warps = writes_outputs ? kWarps - 1 : kWarps;
-  const int tiles_here = hidden_per_cta / kTileH;
-  const i64 slice_h = static_cast<i64>(blockIdx.y) * hidden_per_cta;
-  const int batch_step = y_warps * F::kBatch;
-
-  // The streams do not depend on the coefficients: the first batch is in flight while the partial
-  // rows are summed and the gates computed.
-  uint4 raw[F::kBatch][F::kLoads];
-  if (warp < y_warps) load_finalize_batch<HIDDEN, BROADCAST>(streams, token, slice_h, warp, y_warps, tiles_here, lane, raw);
-
   // Sum the token's tile rows, tile 0 first: the same order in every CTA of the token.
   if (tid < kReduced) {
     const float* column = partials + token * kTiles * kPartialStride + tid;
@@ -829,6 +766,7 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
     reduced[tid] = sum;
   }
   __syncthreads();
+  const bool writes_outputs = blockIdx.y == 0;  // one CTA per token writes post and comb
   if (tid == 0) {
     const TokenGates g =
         compute_token_gates<HIDDEN, kFuseNorm>(reduced, hc_scale, hc_base, rms_eps, hc_eps, norm_eps);
@@ -840,7 +778,12 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
   }
   __syncthreads();
 
-  if (warp >= y_warps) {  // no barrier follows
+  // y does not depend on comb: in the writing CTA the last warp runs Sinkhorn (one lane) while
+  // the other warps collapse. No barrier follows.
+  constexpr int kWarps = kFinalizeThreads / kWarpSize;
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int y_warps = writes_outputs ? kWarps - 1 : kWarps;
+  if (warp >= y_warps) {
     if (lane == 0) {
       float c[kStreams][kStreams];
       compute_token_comb<HIDDEN>(reduced, hc_scale, hc_base, sinkhorn_iters, rms_eps, hc_eps, c);
@@ -856,10 +799,25 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
 #pragma unroll
   for (int s = 0; s < kStreams; ++s) pre[s] = shared_pre[s];
   const float norm_scale = shared_norm_scale;
-  for (int first = warp; first < tiles_here; first += batch_step) {
-    if (first != warp) load_finalize_batch<HIDDEN, BROADCAST>(streams, token, slice_h, first, y_warps, tiles_here, lane, raw);
-    collapse_finalize_batch<HIDDEN, BROADCAST>(raw, pre, norm_scale, norm_weight, y, token, slice_h, first, y_warps,
-                                               tiles_here, lane);
+
+  // Collapse (and norm) this CTA's slice: warp w takes the slice's tiles w, w + y_warps, ...
+  const int tiles_here = hidden_per_cta / kTileH;
+  for (int t = warp; t < tiles_here; t += y_warps) {
+    const i64 h = static_cast<i64>(blockIdx.y) * hidden_per_cta + static_cast<i64>(t) * kTileH + lane * kBf16PerVector;
+    float r[kStreams][8], wv[8], out[8];
+    load_stream_vectors<HIDDEN, BROADCAST>(streams, token, h, r);
+    load_norm_weight(norm_weight, h, wv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float y_raw = fmaf(pre[3], r[3][e], fmaf(pre[2], r[2][e], fmaf(pre[1], r[1][e], pre[0] * r[0][e])));
+      if (kFuseNorm) {
+        const float y_pre = __bfloat162float(__float2bfloat16_rn(y_raw));
+        out[e] = (y_pre * norm_scale) * wv[e];
+      } else {
+        out[e] = y_raw;
+      }
+    }
+    store_16B(y + token * HIDDEN + h, pack_bf16x8_rn(out));
   }
 }
 
