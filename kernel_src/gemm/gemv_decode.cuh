@@ -49,9 +49,8 @@
 //   stages keep the next step's loads in flight.
 //   FP4: codes decode to FP16 value * 2^-14 without a lookup (e2m1x8_to_f16x2_2m14), FP16 MMAs,
 //   2^28 in the epilogue. nvfp4: lane (g, t) loads 16 contiguous bytes (32-K block t of the step),
-//   UE4M3 scales folded in with one HMUL2 per pair (exact: see Nvfp4Stage). mxfp4: the nvfp4
-//   mapping, the UE8M0 scale's ratio to a reference block of the step folded in with one HMUL2
-//   per pair and the reference scales on the step's FP32 partial (exact: see Mxfp4Stage).
+//   UE4M3 scales folded in with one HMUL2 per pair (exact: see Nvfp4Stage). mxfp4: the FP8 mapping
+//   at 4 bytes per block, UE8M0 scales on FP32 partials per 32-K block (see Mxfp4Stage).
 #pragma once
 #include "common/defs.cuh"
 #include "common/mma.cuh"
@@ -63,7 +62,8 @@ namespace gemm {
 
 template <int RECIPE>
 struct DecodeStep {
-  // K elements consumed by one warp step: FP4 4 lanes x 16 bytes, FP8 4 lanes x 4 x 8 bytes.
+  // K elements consumed by one warp step: nvfp4 4 lanes x 16 bytes, mxfp4 4 lanes x 4 x 4 bytes,
+  // FP8 4 lanes x 4 x 8 bytes.
   static constexpr int kStepK = 128;
 };
 
@@ -275,7 +275,7 @@ SK_DEVICE void mxfp8_quantize_tokens(Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st) {
   }
 }
 
-// 16-byte variants of the loads above (FP4 recipes).
+// 16-byte and 4-byte variants of the loads above (FP4 recipes).
 template <int OFF>
 SK_DEVICE uint4 ld_stream_u4(const u8* p) {
   uint4 v;
@@ -288,9 +288,24 @@ SK_DEVICE uint4 ld_ro_u4(const u8* p) {
   asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
   return v;
 }
-// Loop-invariant addresses pinned in registers before the step loop: otherwise the compiler
+template <int OFF>
+SK_DEVICE u32 ld_stream_u1(const u8* p) {
+  u32 v;
+  asm volatile("ld.global.cs.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
+  return v;
+}
+template <int OFF>
+SK_DEVICE u32 ld_ro_u1(const u8* p) {
+  u32 v;
+  asm("ld.global.nc.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
+  return v;
+}
+
+// Loop-invariant addresses pinned in registers before the FP4 step loops: otherwise the compiler
 // rematerializes them (row clamps, swizzle offsets, 64-bit products) in every load stage, ~90
-// instructions per step of the FP4 recipes.
+// instructions per step. Measured on the H200 (bench/RESULTS.md, seventeenth run): nvfp4 M = 1
+// 5-11% faster; on the FP8 recipes no gain for tensor_fp8 / mxfp8 and block_fp8 5-15% slower,
+// so they are left unpinned.
 template <class T>
 SK_DEVICE void pin_in_register(const T*& p) { asm volatile("" : "+l"(p)); }
 SK_DEVICE void pin_in_register(u32& v) { asm volatile("" : "+r"(v)); }
@@ -367,27 +382,31 @@ SK_DEVICE void nvfp4_word(u32 w, __half2 s, u32 (&p)[4]) {
   }
 }
 
-// The MMAs of one FP4 step from 16-byte chunks (nvfp4 and mxfp4 lane mapping): u32 q of a chunk
-// (K 8q .. 8q+7 of the lane's 32-K block) is scaled by half q / 2 of the lane's f16 scales (nvfp4:
-// the block's two UE4M3 scales; mxfp4: twice the same power of two, see Mxfp4Stage).
 template <int TOKEN_TILES, int ROW_TILES>
-SK_DEVICE void fp4_chunk_mma(const uint4 (&w)[ROW_TILES][2], const uint4 (&x)[TOKEN_TILES], const __half2 (&w_s)[ROW_TILES][2][2],
-                             const __half2 (&x_s)[TOKEN_TILES][2], float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
+SK_DEVICE void nvfp4_compute_stage(const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
+  __half2 w_s[ROW_TILES][2], x_s[TOKEN_TILES];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
+  for (int rt = 0; rt < ROW_TILES; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w_s[rt][h] = ue4m3x2_to_half2(st.w_sf[rt][h]);
+#pragma unroll
+  for (int nt = 0; nt < TOKEN_TILES; ++nt) x_s[nt] = ue4m3x2_to_half2(st.x_sf[nt]);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // u32 q of the chunk: K 8q .. 8q+7 of the block, scale q / 2
     u32 xp[TOKEN_TILES][4];
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-      const u32 xw = q == 0 ? x[nt].x : q == 1 ? x[nt].y : q == 2 ? x[nt].z : x[nt].w;
-      nvfp4_word(xw, x_s[nt][q >> 1], xp[nt]);
+      const u32 xw = q == 0 ? st.x[nt].x : q == 1 ? st.x[nt].y : q == 2 ? st.x[nt].z : st.x[nt].w;
+      nvfp4_word(xw, q < 2 ? __low2half2(x_s[nt]) : __high2half2(x_s[nt]), xp[nt]);
     }
 #pragma unroll
     for (int rt = 0; rt < ROW_TILES; ++rt) {
       u32 wp[2][4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint4& c = w[rt][h];
-        nvfp4_word(q == 0 ? c.x : q == 1 ? c.y : q == 2 ? c.z : c.w, w_s[rt][h][q >> 1], wp[h]);
+        const uint4& c = st.w[rt][h];
+        nvfp4_word(q == 0 ? c.x : q == 1 ? c.y : q == 2 ? c.z : c.w, q < 2 ? __low2half2(w_s[rt][h]) : __high2half2(w_s[rt][h]),
+                   wp[h]);
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -402,103 +421,49 @@ SK_DEVICE void fp4_chunk_mma(const uint4 (&w)[ROW_TILES][2], const uint4 (&x)[TO
   }
 }
 
-template <int TOKEN_TILES, int ROW_TILES>
-SK_DEVICE void nvfp4_compute_stage(const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
-  __half2 w_s[ROW_TILES][2][2], x_s[TOKEN_TILES][2];
-#pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __half2 s = ue4m3x2_to_half2(st.w_sf[rt][h]);
-      w_s[rt][h][0] = __low2half2(s);
-      w_s[rt][h][1] = __high2half2(s);
-    }
-#pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    const __half2 s = ue4m3x2_to_half2(st.x_sf[nt]);
-    x_s[nt][0] = __low2half2(s);
-    x_s[nt][1] = __high2half2(s);
-  }
-  fp4_chunk_mma(st.w, st.x, w_s, x_s, acc);
-}
-
-// MXFP4: the NVFP4 lane mapping (16-byte loads: lane (g, t) holds the 32-K block t of the step,
-// i.e. exactly one UE8M0 block, per row and token), so one MMA mixes the 4 blocks of the step and
-// the scales must reach the FP16 operands; only their ratio to a reference block r does: the
-// lane's operands are E2M1 x 2^-14 x 2^(s_t - s_r + 3) (one HMUL2 per pair, s = UE8M0 code), and
-// the step's FP32 partial is scaled by 2^(sw_r - 127) * 2^(sx_r - 127) like one MXFP8 block
-// (fold_ue8m0_block); the epilogue restores 2^(2 * (14 - 3)) = 2^22. Exact (the products are the
-// reference's, as for nvfp4) while every |s_t - s_r| <= 12: the operand stays on the f16 grid
-// (>= 0.5 x 2^-23 = 2^-24, <= 6 x 2^-14 x 2^15 = 12) and 2^(s_t - s_r + 3) is a normal f16. The
-// warp takes r = block 0 of the step; if any of its rows or tokens spreads further (rare: four
-// adjacent blocks of one row more than 2^12 apart), it runs the step once per block b instead
-// (r = b, the lanes t != b contributing zeros): exact for any scales, 4x the MMAs.
+// MXFP4: the FP8 lane mapping at half the bytes. Lane (g, t) loads the u32 at 16b + 4t of every
+// 32-K block b of the step, so the quad covers block b and its two MMAs (pairs 0, 1 and 2, 3 of
+// e2m1x8_to_f16x2_2m14, weights and tokens alike) lie in one UE8M0 scale block. Operands stay
+// unscaled (value * 2^-14, exact); as for MXFP8 the scales multiply the FP32 partial of each block
+// (acc += part * sfb * sfa: powers of two, exact inside FP32's range), the 2^28 is the epilogue's.
 template <int TOKEN_TILES, int ROW_TILES>
 struct Mxfp4Stage {
-  uint4 w[ROW_TILES][2];     // [row tile][row g / g+8]
-  uint4 x[TOKEN_TILES];      // token g of each token tile
-  u32 w_sf[ROW_TILES][2];    // the 4 UE8M0 codes of the step's blocks (byte b: block b), per row
-  u32 x_sf[TOKEN_TILES];     // same for token g
+  u32 w[ROW_TILES][2][4];   // [row tile][row g / g+8][32-K block]
+  u32 x[TOKEN_TILES][4];
+  u32 w_sf[ROW_TILES][2];   // the 4 UE8M0 codes of the step's blocks, per row
+  u32 x_sf[TOKEN_TILES][2]; // same per token 2t + j
 };
 
 template <int TOKEN_TILES, int ROW_TILES>
 SK_DEVICE void mxfp4_load_stage(Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step, const u8* const (&w_ptr)[ROW_TILES][2],
-                                const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base, const u32 (&w_sfo)[ROW_TILES][2],
-                                const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES]) {
+                                const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base,
+                                const u32 (&w_sfo)[ROW_TILES][2], const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2]) {
   const long long off = (long long)step * 64;
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      st.w[rt][h] = ld_stream_u4<0>(w_ptr[rt][h] + off);
-      st.w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
+      const u8* p = w_ptr[rt][h] + off;
+      st.w[rt][h][0] = ld_stream_u1<0>(p);
+      st.w[rt][h][1] = ld_stream_u1<16>(p);
+      st.w[rt][h][2] = ld_stream_u1<32>(p);
+      st.w[rt][h][3] = ld_stream_u1<48>(p);
     }
 #pragma unroll
   for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    st.x[nt] = ld_ro_u4<0>(x_ptr[nt] + off);
-    st.x_sf[nt] = __ldg(reinterpret_cast<const u32*>(x_sf_base + (x_sfo[nt] + step * 512u)));
+    const u8* p = x_ptr[nt] + off;
+    st.x[nt][0] = ld_ro_u1<0>(p);
+    st.x[nt][1] = ld_ro_u1<16>(p);
+    st.x[nt][2] = ld_ro_u1<32>(p);
+    st.x[nt][3] = ld_ro_u1<48>(p);
   }
-}
-
-// f16x2 {2^(s_t - s_r + 3)} for the lane's block t (codes: the step's 4 UE8M0 codes, ref_sel =
-// 0x4440 | r picks s_r), and'ed with keep (0: a masked lane). span collects s_t - s_r + 12, which
-// must stay in [0, 24] (as u32).
-SK_DEVICE __half2 mxfp4_operand_scale(u32 codes, u32 own_sel, u32 ref_sel, u32 keep, u32& span) {
-  const u32 e = __byte_perm(codes, 0u, own_sel) - __byte_perm(codes, 0u, ref_sel) + 12u;
-  span = max(span, e);
-  const u32 bits = (e * 0x04000400u + 0x18001800u) & keep;  // f16 exponent field e + 6, both halves
-  return *reinterpret_cast<const __half2*>(&bits);
+  load_ue8m0_step_scales<true>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
 }
 
 template <int TOKEN_TILES, int ROW_TILES>
 SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
-  const int t = threadIdx.x & 3;
-  const u32 own_sel = 0x4440u | (u32)t;
-  // Scale codes of C columns 2t + j (token g = 2t + j of the tile lives in lane 4 (2t + j)).
-  u32 xc_sf[TOKEN_TILES][2];
 #pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) xc_sf[nt][j] = __shfl_sync(0xFFFFFFFFu, st.x_sf[nt], 8 * t + 4 * j);
-  // Pass r: reference block r; one pass (r = 0, no lane masked) unless the warp's spread is too
-  // wide, then 4 (r = 0..3, lanes t != r masked). One copy of the code either way.
-  bool per_block = false;
-#pragma unroll 1
-  for (int r = 0; r < 4; ++r) {
-    const u32 ref_sel = 0x4440u | (u32)r, keep = !per_block || t == r ? 0xFFFFFFFFu : 0u;
-    __half2 w_s[ROW_TILES][2][2], x_s[TOKEN_TILES][2];
-    u32 span = 0;
-#pragma unroll
-    for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) w_s[rt][h][0] = w_s[rt][h][1] = mxfp4_operand_scale(st.w_sf[rt][h], own_sel, ref_sel, keep, span);
-#pragma unroll
-    for (int nt = 0; nt < TOKEN_TILES; ++nt) x_s[nt][0] = x_s[nt][1] = mxfp4_operand_scale(st.x_sf[nt], own_sel, ref_sel, keep, span);
-    if (r == 0 && !per_block && __any_sync(0xFFFFFFFFu, span > 24u)) {
-      per_block = true;
-      r = -1;  // restart at r = 0 with masking
-      continue;
-    }
+  for (int b = 0; b < 4; ++b) {
     float part[ROW_TILES][TOKEN_TILES][4];
 #pragma unroll
     for (int rt = 0; rt < ROW_TILES; ++rt)
@@ -506,9 +471,25 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
       for (int nt = 0; nt < TOKEN_TILES; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
-    fp4_chunk_mma(st.w, st.x, w_s, x_s, part);
-    fold_ue8m0_block(acc, part, st.w_sf, xc_sf, r);
-    if (!per_block) break;
+    u32 xp[TOKEN_TILES][4];
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) e2m1x8_to_f16x2_2m14(st.x[nt][b], xp[nt]);
+#pragma unroll
+    for (int rt = 0; rt < ROW_TILES; ++rt) {
+      u32 wp[2][4];
+      e2m1x8_to_f16x2_2m14(st.w[rt][0][b], wp[0]);
+      e2m1x8_to_f16x2_2m14(st.w[rt][1][b], wp[1]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const u32 a_frag[4] = {wp[0][2 * j], wp[1][2 * j], wp[0][2 * j + 1], wp[1][2 * j + 1]};
+#pragma unroll
+        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+          const u32 b_frag[2] = {xp[nt][2 * j], xp[nt][2 * j + 1]};
+          mma_f16_m16n8k16(part[rt][nt], a_frag, b_frag);
+        }
+      }
+    }
+    fold_ue8m0_block(acc, part, st.w_sf, st.x_sf, b);
   }
 }
 
@@ -564,10 +545,6 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
     u32 w_sfo[ROW_TILES][2] = {}, x_sfo[TOKEN_TILES][2] = {};
     const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
     const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
-    pin_in_register(w_ptr);
-    pin_in_register(x_ptr);
-    pin_in_register(w_sfo);
-    pin_in_register(x_sfo);
     const float* b_sfp = nullptr;
 #pragma unroll
     for (int rt = 0; rt < ROW_TILES; ++rt)
@@ -588,13 +565,6 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
       }
     }
     if (RECIPE == kBlockFp8) b_sfp = reinterpret_cast<const float*>(b_scales) + (long long)(row0 >> 7) * k_blocks128;
-    // Not for mxfp8 at 16 tokens: at the 168-register cap there, pinned addresses spill.
-    if (RECIPE != kMxfp8 || TOKEN_TILES == 1) {
-      pin_in_register(w_ptr);
-      pin_in_register(x_ptr);
-      if (RECIPE == kMxfp8) pin_in_register(w_sfo);
-      if (RECIPE != kTensorFp8) pin_in_register(x_sfo);
-    }
 
     if constexpr (X_BF16) {
       Fp8Bf16Stage<TOKEN_TILES, ROW_TILES> st0, st1;
@@ -654,24 +624,24 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
     auto compute = [&](const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st) { nvfp4_compute_stage(st, acc); };
     pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
   } else {
-    // MXFP4: the NVFP4 mapping (lane (g, t): 16 bytes, 32-K block t of the step); scale columns
-    // 4 step .. 4 step + 3 are one aligned u32 of the 128x4 swizzle (512 bytes per step).
+    // MXFP4: lane (g, t) loads the 4 bytes at 16b + 4t of every 32-K block b of the step (the FP8
+    // mapping at half the bytes), so a quad covers one scale block per pair of MMAs.
     const u8* w_ptr[ROW_TILES][2];
     const u8* x_ptr[TOKEN_TILES];
-    u32 w_sfo[ROW_TILES][2], x_sfo[TOKEN_TILES];
+    u32 w_sfo[ROW_TILES][2], x_sfo[TOKEN_TILES][2];
     const int num_k_tiles = (K / 32 + 3) / 4;
 #pragma unroll
     for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + 16 * t;
+        w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + 4 * t;
         w_sfo[rt][h] = (u32)swizzled_scale_offset(w_rows[rt][h], 0, num_k_tiles);
       }
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-      const int m = min(nt * 8 + g, M - 1);  // tokens past M: computed, never stored
-      x_ptr[nt] = a_codes + m * row_bytes + 16 * t;
-      x_sfo[nt] = (u32)swizzled_scale_offset(m, 0, num_k_tiles);
+      x_ptr[nt] = a_codes + min(nt * 8 + g, M - 1) * row_bytes + 4 * t;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) x_sfo[nt][j] = (u32)swizzled_scale_offset(min(nt * 8 + 2 * t + j, M - 1), 0, num_k_tiles);
     }
     const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
     const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
@@ -698,10 +668,8 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
       for (int i = 0; i < 4; ++i) red[warp][rt * 16 + g + (i >> 1) * 8][nt * 8 + 2 * t + (i & 1)] = acc[rt][nt][i];
   __syncthreads();
 
-  // FP4 operands are decoded as value * 2^-14 (weights and tokens): 2^28 restores the products
-  // (mxfp4: value * 2^-14 * 2^3 relative to the fold's scale, 2^22; see Mxfp4Stage).
-  const float out_scale =
-      load_alpha(alpha) * (RECIPE == kNvfp4 ? 268435456.0f : RECIPE == kMxfp4 ? 4194304.0f : 1.0f);
+  // FP4 operands are decoded as value * 2^-14 (weights and tokens): 2^28 restores the products.
+  const float out_scale = load_alpha(alpha) * (Traits::kFp4 ? 268435456.0f : 1.0f);
   if (k_splits == 1) {
     for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
       const int r = idx % kRows, m = idx / kRows;  // consecutive threads -> consecutive n
