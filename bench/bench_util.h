@@ -72,11 +72,14 @@ static inline double bench_stream_us(bench_call_fn call, void *ctx, cudaStream_t
   return t[rounds / 2] * 1e3 / calls;
 }
 
-/* The same `calls` calls captured once into a CUDA graph and replayed `rounds` times (<= 15):
- * median microseconds per call on the GPU without host launch cost, which is what a server that
- * replays graphs sees. Returns -1 if a call fails. */
+static inline int bench_graph_launch(void *graph_exec, cudaStream_t s) {
+  return cudaGraphLaunch((cudaGraphExec_t)graph_exec, s) != cudaSuccess;
+}
+
+/* The same `calls` calls captured once into a CUDA graph, then timed like bench_stream_us with one
+ * graph launch per call: median microseconds per captured call on the GPU without host launch
+ * cost, which is what a server that replays graphs sees. Returns -1 if a call fails. */
 static inline double bench_graph_us(bench_call_fn call, void *ctx, cudaStream_t s, int calls, int rounds) {
-  float t[15];
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -88,24 +91,10 @@ static inline double bench_graph_us(bench_call_fn call, void *ctx, cudaStream_t 
     return -1;
   }
   CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaGraphLaunch(ge, s));
-  for (int r = 0; r < rounds; r++) {
-    CK(cudaEventRecord(e0, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&t[r], e0, e1));
-  }
-  CK(cudaGetLastError());
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
+  const double us = bench_stream_us(bench_graph_launch, ge, s, 1, rounds);
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
-  qsort(t, (size_t)rounds, sizeof(float), bench_cmp_float);
-  return t[rounds / 2] * 1e3 / calls;
+  return us < 0 ? -1 : us / calls;
 }
 
 #endif
