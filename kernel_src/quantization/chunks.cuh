@@ -25,7 +25,7 @@ struct UnitWalk {
   // Tensor (CTA-uniform).
   const T* x0;
   u8 *values0, *swizzled0, *rows0;
-  i64 ld_x, x_group_stride;
+  i64 ld_x, x_group_stride, value_group_stride;
   u32 M, cpr, cols, k_tiles, units;
   bool rows_words;  // the row-major scale words are 4-byte aligned: one 4-byte store each
   // Thread (fixed).
@@ -34,8 +34,10 @@ struct UnitWalk {
   // Current unit: index, slab and k-tile (one division per thread, then carries).
   StridedDivmod unit;
   const T* x;       // chunk 0's input (chunk j: + 32 j rows)
+  u8* values;       // chunk 0's values (chunk j: + 32 j rows)
   u32 row;          // row of chunk 0 (chunk j: row + 32 j)
   u32 slab_row;     // the unit's first row (CTA-uniform)
+  u32 warp_rows;    // rows from this warp's first row of chunk 0 to M (0 if past M)
   u32 kt;
   bool col_exists;  // this thread's chunk column is below cpr
   uint4 raw[kQuantChunksPerThread];
@@ -48,6 +50,7 @@ struct UnitWalk {
         rows0(rows),
         ld_x(ld),
         x_group_stride(i64(kGroupRows) * ld),
+        value_group_stride(i64(kGroupRows) * (k / 8) * VALUE_BYTES),
         M(u32(m)),
         cpr(u32(k / 8)),
         cols(u32(k / 8 / BLOCK_CHUNKS)),
@@ -76,7 +79,7 @@ struct UnitWalk {
   // Chunk j exists (its row is below M, its column below cpr).
   SK_DEVICE bool exists(int j) const { return col_exists && row + j * kGroupRows < M; }
   // Some lane of this warp has a row of chunk j below M (warp-uniform): else the warp skips it.
-  SK_DEVICE bool warp_has(int j) const { return slab_row + warp_row + j * kGroupRows < M; }
+  SK_DEVICE bool warp_has(int j) const { return j * kGroupRows < warp_rows; }
 
   // Load the unit's chunks (zeros where they do not exist).
   SK_DEVICE void load() {
@@ -85,13 +88,11 @@ struct UnitWalk {
     for (int j = 0; j < kQuantChunksPerThread; j++, p += x_group_stride)
       raw[j] = exists(j) ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
   }
-  // Store chunk j's values (if it exists). The address from the row (no pointer kept across the
-  // unit's arithmetic: fewer registers, same instruction count).
+  // Store chunk j's values (if it exists).
   template <typename V>
   SK_DEVICE void store_values(int j, const V& v) const {
     static_assert(sizeof(V) == VALUE_BYTES, "one chunk of values");
-    const i64 chunk = i64(row + j * kGroupRows) * cpr + kt * kTileChunks + thread_col;
-    if (exists(j)) *reinterpret_cast<V*>(values0 + chunk * VALUE_BYTES) = v;
+    if (exists(j)) *reinterpret_cast<V*>(values + j * value_group_stride) = v;
   }
   // Store the unit's scales: byte j of p is chunk j's block scale, which must be 0 where chunk j
   // does not exist (padding). All lanes call it (shuffles).
@@ -122,9 +123,11 @@ struct UnitWalk {
     slab_row = sk_qsplit_slab_row(unit.quot, BLOCK_CHUNKS);
     kt = unit.rem;
     row = slab_row + thread_row;
+    warp_rows = slab_row + warp_row < M ? M - (slab_row + warp_row) : 0u;
     const u32 col = kt * kTileChunks + thread_col;
     col_exists = col < cpr;
     x = x0 + i64(row) * ld_x + col * 8;
+    values = values0 + (i64(row) * cpr + col) * VALUE_BYTES;
   }
 };
 

@@ -18,16 +18,16 @@
 //     scales_rows      LAYOUT & 2: [M, K/32] bytes, contiguous. Else may be null.
 //     blockDim (kMxfp8Threads = 256, 1, 1); no dynamic shared memory; no scratch.
 //     grid     (g, 1, 1): any g >= 1 is correct. The work split of nvfp4_rows
-//              (quantization/split.cuh: 256-chunk offset blocks of 128-row bands, each CTA one
-//              block in every L-th band, kQuantChunksPerThread = 4 chunks per step, all loaded
-//              before any arithmetic). The host (quant_rows_grid -> sk_qsplit_grid) launches
-//              about 4 chunks per thread for large tensors, one per thread for M <= 128, and at
-//              least ceil(P / 256) CTAs, P = sk::swizzled_padding_words(M, K/32) when LAYOUT & 1.
-//              One launch for any M (M = 1 included).
+//              (quantization/split.cuh) with 128-value k-tiles: a unit is 128 rows x one k-tile
+//              but only half the rows of each row group (r in [0, 16) or [16, 32)), so it is
+//              still four chunks per thread, U = sk_qsplit_units(M, K/8, 4). The host
+//              (quant_rows_grid -> sk_qsplit_grid) launches about one unit per CTA (4 chunks per
+//              thread), at least min(U, 4 CTAs per SM). One launch for any M (M = 1 included).
 // No input may alias an output. Each x element is read once.
 // Why this shape: bandwidth-bound (3 bytes per element); four coalesced 16-byte loads per thread
-// are issued together, the block amax is max.f32 on |x|, and a thread's chunks are 128 L rows
-// apart in one column, so every address advances by one stride per chunk (no division).
+// are issued together (a warp reads two whole 256-byte row pieces), the block amax is max.f32 on
+// |x|, and a thread's four chunks are the rows of one 16-byte swizzled scale piece, so the
+// unit's scales leave as whole 4-byte words (256 contiguous bytes per unit, padding included).
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"

@@ -31,17 +31,13 @@
 //     amax_partials, num_partials   GS_MODE 1 only (1 <= num_partials <= kMaxAmaxPartials):
 //                      the array written by nvfp4_amax_partials with grid = num_partials.
 //                      Ignored (may be null / 0) otherwise.
-//     grid     (g, 1, 1): any g >= 1 is correct. Work split (quantization/split.cuh): bands of
-//              128 rows; CTA b takes offset block b % OB (256 consecutive chunks of a band,
-//              OB = sk_qsplit_offset_blocks(M, K/8)) in bands b / OB, + L, + 2L, ...
-//              (L = sk_qsplit_lanes(g, OB, bands)), kQuantChunksPerThread = 4 8-value chunks per
-//              step, loaded before any arithmetic; CTAs past L * OB only zero padding. The host
-//              (quant_rows_grid -> sk_qsplit_grid) launches L * OB CTAs with L about
-//              bands / chunks-per-thread (16 for nvfp4), at least min(one chunk per thread,
-//              4 CTAs per SM) worth, and at least ceil(P / 256) CTAs, P =
-//              sk::swizzled_padding_words(M, K/16) when LAYOUT & 1 (for M = 1 the 127 padding
-//              rows are most of the work). M <= 128: one chunk per thread. GS_MODE 2: g must be 1
-//              (else the kernel traps).
+//     grid     (g, 1, 1): any g >= 1 is correct. Work split (quantization/split.cuh): units of
+//              128 rows x one k-tile (64 values per row: one 128x4 swizzled scale tile), U =
+//              sk_qsplit_units(M, K/8, 2) of them; CTA b takes units b, b + g, ...; a unit is four
+//              8-value chunks per thread (rows r, r+32, r+64, r+96 of one column), loaded before
+//              any arithmetic. The host (quant_rows_grid -> sk_qsplit_grid) launches about
+//              U / (chunks per thread / 4) CTAs (16 chunks for nvfp4: 4 units per CTA), at least
+//              min(U, 4 CTAs per SM). GS_MODE 2: g must be 1 (else the kernel traps).
 //   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
 //     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
 //     min(ceil(M*K/8 / 256), 2 * SMs). CTA b writes amax_partials[b] = max |x| over the finite
@@ -53,10 +49,12 @@
 // pass, then quantize pass). 1 KiB of static shared memory (the eff table below).
 //
 // Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element, but close to the
-// instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight;
-// a thread's chunks are 128 L rows apart in one column, so its x, value and scale addresses each
-// advance by one stride per chunk (no division, no swizzle arithmetic per chunk: ~108 SASS per
-// 8-value chunk on the fast path, was ~137 with the row-major split); the E2M1 encoding is the
+// instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight
+// (a warp reads four whole 128-byte row pieces); a thread's four chunks are the rows of one
+// 16-byte piece of the swizzled scale layout, so the unit's scales leave as whole 4-byte words
+// after a two-shuffle transpose (512 contiguous bytes per unit, padding included: no byte
+// stores, no partial sectors, no padding pass; the 1-byte scatter of the previous split made
+// the kernel L2-bound); the E2M1 encoding is the
 // exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
 // them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
 // value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
