@@ -57,9 +57,8 @@ SK_HOST_DEVICE i64 swizzled_padding_words(int M, int num_scale_cols) {
 }
 
 // Zero the padding of a swizzled scale buffer, spread over `num_threads` threads (thread `tid`
-// of them). `scales` must be 4-byte aligned. Launching at least
-// swizzled_padding_words(M, cols) threads in total keeps this to one store per thread (it
-// dominates the latency of M = 1: 127 padding rows).
+// of them). `scales` must be 4-byte aligned. For writers that store scales byte by byte (the
+// in-CTA NVFP4 mode); the row quantizers' unit split writes the padding with the data.
 SK_DEVICE void zero_swizzled_padding(u8* __restrict__ scales, int M, int num_scale_cols, i64 tid,
                                      i64 num_threads) {
   const int k_tiles = swizzled_k_tiles(num_scale_cols);

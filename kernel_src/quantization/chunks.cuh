@@ -1,6 +1,7 @@
-// Per-thread chunk walk of the row quantizers (quantization/nvfp4.cuh, quantization/mxfp8.cuh):
-// the work split of quantization/split.cuh, with running pointers. M*K <= 2^34 keeps chunk
-// indices (and row-major offsets / cpr) below 2^31.
+// Per-thread walk of the row quantizers (quantization/nvfp4.cuh, quantization/mxfp8.cuh) over the
+// units of quantization/split.cuh: load a unit's four chunks, store their values, and store the
+// unit's scales as whole words (the 4x4 scale transpose). M*K <= 2^34 keeps chunk indices (and
+// row-major offsets) below 2^31.
 #pragma once
 #include "common/defs.cuh"
 #include "common/scale_layout.cuh"
@@ -12,74 +13,121 @@ namespace quant {
 constexpr int kQuantThreads = SK_QSPLIT_THREADS;
 constexpr int kQuantChunksPerThread = SK_QSPLIT_PER_STEP;
 
-// The CTA's share of the split (CTA-uniform).
-struct CtaSplit {
-  int blocks, bands, lanes, lane, block, block_stride;
-  SK_DEVICE CtaSplit(int M, int cpr)
-      : blocks(sk_qsplit_offset_blocks(M, cpr)),
-        bands(sk_qsplit_bands(M)),
-        lanes(sk_qsplit_lanes(int(gridDim.x), blocks, bands)),
-        lane(sk_qsplit_lane(int(blockIdx.x), blocks)),
-        block(sk_qsplit_first_block(int(blockIdx.x), blocks)),
-        block_stride(sk_qsplit_block_stride(int(gridDim.x), blocks)) {}
-  SK_DEVICE bool has_chunks() const { return lane < lanes; }
-};
-
-// One thread's walk of offset 256 * block + threadIdx.x through bands lane, lane + lanes, ...
-// `x` points at the next chunk to load; `values`, `scales_rows`, `scales_swizzled` and `row`
-// belong to the next chunk to store. VALUE_BYTES per chunk (4 NVFP4, 8 MXFP8); a scale
-// block is BLOCK_CHUNKS chunks (2, 4).
+// One thread's walk of units blockIdx.x, + gridDim.x, ... VALUE_BYTES per chunk (4 NVFP4,
+// 8 MXFP8); a scale block is BLOCK_CHUNKS chunks (2, 4). `raw` holds the current unit's chunks
+// (zeros where a chunk does not exist); the control flow is CTA-uniform, so the kernels'
+// shuffles see full warps.
 template <typename T, int LAYOUT, int VALUE_BYTES, int BLOCK_CHUNKS>
-struct ChunkWalk {
-  const T* x;
-  u8* values;
-  u8* scales_rows;
-  u8* scales_swizzled;
-  u32 row;
-  // Per-chunk strides (CTA-uniform).
-  i64 x_stride, chunk_stride, swizzled_stride;
-  u32 row_stride;
+struct UnitWalk {
+  static constexpr int kTileChunks = sk_qsplit_tile_chunks(BLOCK_CHUNKS);
+  static constexpr u32 kGroupRows = SK_QSPLIT_GROUP_ROWS;
+
+  // Tensor (CTA-uniform).
+  const T* x0;
+  u8 *values0, *swizzled0, *rows0;
+  i64 ld_x, x_group_stride, value_group_stride;
+  u32 M, cpr, cols, k_tiles, units;
+  bool rows_words;  // the row-major scale words are 4-byte aligned: one 4-byte store each
+  // Thread (fixed).
+  u32 thread_row, thread_col, block, warp_row, sel_a, sel_b;
+  bool leader;
+  // Current unit: index, slab and k-tile (one division per thread, then carries).
+  StridedDivmod unit;
+  const T* x;       // chunk 0's input (chunk j: + 32 j rows)
+  u8* values;       // chunk 0's values (chunk j: + 32 j rows)
+  u32 row;          // row of chunk 0 (chunk j: row + 32 j)
+  u32 slab_row;     // the unit's first row (CTA-uniform)
+  u32 warp_rows;    // rows from this warp's first row of chunk 0 to M (0 if past M)
+  u32 kt;
+  bool col_exists;  // this thread's chunk column is below cpr
   uint4 raw[kQuantChunksPerThread];
 
-  // Start at offset block `block` (band `lane`). One division per thread and block.
-  SK_DEVICE void start(const T* __restrict__ x0, int ld_x, int cpr, int k_tiles, u8* __restrict__ values0,
-                       u8* __restrict__ rows0, u8* __restrict__ swizzled0, const CtaSplit& s, int block) {
-    const u32 offset = sk_qsplit_offset(block, int(threadIdx.x));
-    row = sk_qsplit_first_row(offset, u32(cpr), s.lane);
-    const u32 col = offset % u32(cpr);
-    const i64 chunk = i64(row) * cpr + col;
-    x = x0 + i64(row) * ld_x + col * 8;
-    values = values0 + chunk * VALUE_BYTES;
-    scales_rows = rows0 + chunk / BLOCK_CHUNKS;
-    scales_swizzled = swizzled0 + sk_qsplit_swizzled_offset(row, col / BLOCK_CHUNKS, u32(k_tiles));
-    x_stride = sk_qsplit_x_stride(s.lanes, ld_x);
-    chunk_stride = sk_qsplit_chunk_stride(s.lanes, cpr);
-    swizzled_stride = sk_qsplit_swizzled_stride(s.lanes, u32(k_tiles));
-    row_stride = sk_qsplit_row_stride(s.lanes);
+  SK_DEVICE UnitWalk(const T* __restrict__ input, int ld, int m, int k, u8* __restrict__ values,
+                     u8* __restrict__ swizzled, u8* __restrict__ rows)
+      : x0(input),
+        values0(values),
+        swizzled0(swizzled),
+        rows0(rows),
+        ld_x(ld),
+        x_group_stride(i64(kGroupRows) * ld),
+        value_group_stride(i64(kGroupRows) * (k / 8) * VALUE_BYTES),
+        M(u32(m)),
+        cpr(u32(k / 8)),
+        cols(u32(k / 8 / BLOCK_CHUNKS)),
+        k_tiles(u32(sk_qsplit_k_tiles(k / 8, BLOCK_CHUNKS))),
+        units(u32(sk_qsplit_units(m, k / 8, BLOCK_CHUNKS))),
+        rows_words(((reinterpret_cast<unsigned long long>(rows) | u32(k / 8 / BLOCK_CHUNKS)) & 3u) == 0),
+        thread_row(sk_qsplit_thread_row(threadIdx.x, BLOCK_CHUNKS)),
+        thread_col(sk_qsplit_thread_col(threadIdx.x, BLOCK_CHUNKS)),
+        block(sk_qsplit_thread_block(threadIdx.x, BLOCK_CHUNKS)),
+        warp_row(sk_qsplit_thread_row(threadIdx.x & ~31u, BLOCK_CHUNKS)),
+        sel_a(sk_qsplit_transpose_a(sk_qsplit_thread_block(threadIdx.x, BLOCK_CHUNKS))),
+        sel_b(sk_qsplit_transpose_b(sk_qsplit_thread_block(threadIdx.x, BLOCK_CHUNKS))),
+        leader(sk_qsplit_block_leader(threadIdx.x, BLOCK_CHUNKS)),
+        unit(blockIdx.x, k_tiles, gridDim.x) {
+    locate();
   }
-  // Load the step's chunks (zeros past M) and move x to the next step.
-  SK_DEVICE void load(u32 M) {
+
+  SK_DEVICE bool has_unit() const { return unit.i < units; }  // CTA-uniform
+  // Move to the CTA's next unit; false when there is none.
+  SK_DEVICE bool next() {
+    if (units - unit.i <= gridDim.x) return false;  // the next one would pass the end (no wrap)
+    unit.advance();
+    locate();
+    return true;
+  }
+  // Chunk j exists (its row is below M, its column below cpr).
+  SK_DEVICE bool exists(int j) const { return col_exists && row + j * kGroupRows < M; }
+  // Some lane of this warp has a row of chunk j below M (warp-uniform): else the warp skips it.
+  SK_DEVICE bool warp_has(int j) const { return j * kGroupRows < warp_rows; }
+
+  // Load the unit's chunks (zeros where they do not exist).
+  SK_DEVICE void load() {
+    const T* p = x;
 #pragma unroll
-    for (int j = 0; j < kQuantChunksPerThread; j++) {
-      raw[j] = row + j * row_stride < M ? __ldg(reinterpret_cast<const uint4*>(x)) : make_uint4(0u, 0u, 0u, 0u);
-      x += x_stride;
-    }
+    for (int j = 0; j < kQuantChunksPerThread; j++, p += x_group_stride)
+      raw[j] = exists(j) ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
   }
-  // Store the next chunk's values and its block's scale (if it exists), then move to the chunk after.
+  // Store chunk j's values (if it exists).
   template <typename V>
-  SK_DEVICE void store(u32 M, const V& v, u8 scale, bool scale_lane) {
+  SK_DEVICE void store_values(int j, const V& v) const {
     static_assert(sizeof(V) == VALUE_BYTES, "one chunk of values");
-    if (row < M) {
-      *reinterpret_cast<V*>(values) = v;
-      if (scale_lane) {
-        if constexpr ((LAYOUT & kScalesRowMajor) != 0) *scales_rows = scale;
-        if constexpr ((LAYOUT & kScalesSwizzled) != 0) *scales_swizzled = scale;
+    if (exists(j)) *reinterpret_cast<V*>(values + j * value_group_stride) = v;
+  }
+  // Store the unit's scales: byte j of p is chunk j's block scale, which must be 0 where chunk j
+  // does not exist (padding). All lanes call it (shuffles).
+  SK_DEVICE void store_scales(u32 p) const {
+    const u32 a = __byte_perm(p, __shfl_xor_sync(0xFFFFFFFFu, p, 2 * BLOCK_CHUNKS), sel_a);
+    const u32 w = __byte_perm(a, __shfl_xor_sync(0xFFFFFFFFu, a, BLOCK_CHUNKS), sel_b);
+    if (!leader) return;
+    // w: row row + 32 block, scale columns 4kt..4kt+3.
+    if constexpr ((LAYOUT & kScalesSwizzled) != 0)
+      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_word(row, kt, k_tiles, block)) = w;
+    if constexpr ((LAYOUT & kScalesRowMajor) != 0) {
+      const u32 r = row + block * kGroupRows;
+      if (r < M) {
+        u8* dst = rows0 + i64(r) * cols + kt * 4;
+        if (rows_words) {  // then cols % 4 == 0: all four columns exist
+          *reinterpret_cast<u32*>(dst) = w;
+        } else {
+#pragma unroll
+          for (u32 i = 0; i < 4; i++)
+            if (kt * 4 + i < cols) dst[i] = u8(w >> (8 * i));
+        }
       }
     }
-    values += chunk_stride * VALUE_BYTES;
-    scales_rows += chunk_stride / BLOCK_CHUNKS;
-    scales_swizzled += swizzled_stride;
-    row += row_stride;
+  }
+
+ private:
+  SK_DEVICE void locate() {
+    slab_row = sk_qsplit_slab_row(unit.quot, BLOCK_CHUNKS);
+    kt = unit.rem;
+    row = slab_row + thread_row;
+    warp_rows = slab_row + warp_row < M ? M - (slab_row + warp_row) : 0u;
+    const u32 col = kt * kTileChunks + thread_col;
+    col_exists = col < cpr;
+    x = x0 + i64(row) * ld_x + col * 8;
+    values = values0 + (i64(row) * cpr + col) * VALUE_BYTES;
   }
 };
 

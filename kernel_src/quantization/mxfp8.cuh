@@ -18,16 +18,16 @@
 //     scales_rows      LAYOUT & 2: [M, K/32] bytes, contiguous. Else may be null.
 //     blockDim (kMxfp8Threads = 256, 1, 1); no dynamic shared memory; no scratch.
 //     grid     (g, 1, 1): any g >= 1 is correct. The work split of nvfp4_rows
-//              (quantization/split.cuh: 256-chunk offset blocks of 128-row bands, each CTA one
-//              block in every L-th band, kQuantChunksPerThread = 4 chunks per step, all loaded
-//              before any arithmetic). The host (quant_rows_grid -> sk_qsplit_grid) launches
-//              about 4 chunks per thread for large tensors, one per thread for M <= 128, and at
-//              least ceil(P / 256) CTAs, P = sk::swizzled_padding_words(M, K/32) when LAYOUT & 1.
-//              One launch for any M (M = 1 included).
+//              (quantization/split.cuh) with 128-value k-tiles: a unit is 128 rows x one k-tile
+//              but only half the rows of each row group (r in [0, 16) or [16, 32)), so it is
+//              still four chunks per thread, U = sk_qsplit_units(M, K/8, 4). The host
+//              (quant_rows_grid -> sk_qsplit_grid) launches about one unit per CTA (4 chunks per
+//              thread), at least min(U, 4 CTAs per SM). One launch for any M (M = 1 included).
 // No input may alias an output. Each x element is read once.
 // Why this shape: bandwidth-bound (3 bytes per element); four coalesced 16-byte loads per thread
-// are issued together, the block amax is max.f32 on |x|, and a thread's chunks are 128 L rows
-// apart in one column, so every address advances by one stride per chunk (no division).
+// are issued together (a warp reads two whole 256-byte row pieces), the block amax is max.f32 on
+// |x|, and a thread's four chunks are the rows of one 16-byte swizzled scale piece, so the
+// unit's scales leave as whole 4-byte words (256 contiguous bytes per unit, padding included).
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
@@ -73,44 +73,32 @@ SK_DEVICE uint2 mxfp8_quantize8(const uint4& raw, u8& scale) {
 }
 
 template <typename T, int LAYOUT, int CVT>
-__global__ void __launch_bounds__(kMxfp8Threads)
+// 6 CTAs per SM (40 registers): the occupancy of the previous split, no spills on sm_90a/sm_12xa.
+__global__ void __launch_bounds__(kMxfp8Threads, 6)
     mxfp8_rows(const T* __restrict__ x, int ld_x, int M, int K, u8* __restrict__ values,
                u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows) {
   static_assert(LAYOUT >= kScalesSwizzled && LAYOUT <= kScalesBoth, "LAYOUT: 1, 2 or 3");
-  const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
-  const i64 num_threads = i64(gridDim.x) * blockDim.x;
   // Four threads per 32-value block, 8 values (one 16-byte load) each: a block is an aligned lane
-  // quad. kQuantChunksPerThread chunks per thread per step, all loaded first, 128 * lanes rows
-  // apart (quantization/split.cuh): no division and one stride per address per chunk.
-  const int cpr = K / 8, k_tiles = swizzled_k_tiles(K / kMxfp8Block);
-  const CtaSplit split(M, cpr);
-  ChunkWalk<T, LAYOUT, 8, 4> walk;
-  int block = split.block, band = split.lane;
-  const bool has_chunks = split.has_chunks();  // CTA-uniform
-  const bool scale_lane = (threadIdx.x & 3u) == 0;  // the quad's first lane stores the scale
-  if (has_chunks) {
-    walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
-    walk.load(u32(M));
-  }
-  while (has_chunks) {
+  // quad. One unit (128 rows x half a k-tile, quantization/split.cuh) per step: its four chunks
+  // per thread are loaded first, then quantized, then the unit's scales are stored as whole words
+  // (padding included: no padding pass).
+  UnitWalk<T, LAYOUT, 8, 4> walk(x, ld_x, M, K, values, scales_swizzled, scales_rows);
+  bool more = walk.has_unit();  // CTA-uniform
+  while (more) {
+    walk.load();
+    u32 scales = 0;  // byte j: chunk j's; 0 for padding (an all-zero block's scale would be 127)
 #pragma unroll
     for (int j = 0; j < kQuantChunksPerThread; j++) {
-      u8 scale;
-      const uint2 codes = mxfp8_quantize8<T, CVT>(walk.raw[j], scale);
-      walk.store(u32(M), codes, scale, scale_lane);
+      if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
+        u8 s;
+        const uint2 codes = mxfp8_quantize8<T, CVT>(walk.raw[j], s);
+        walk.store_values(j, codes);
+        if (walk.exists(j)) scales |= u32(s) << (8 * j);
+      }
     }
-    // CTA-uniform control flow: the shuffles see full warps.
-    band += kQuantChunksPerThread * split.lanes;
-    if (band >= split.bands) {
-      block += split.block_stride;
-      if (block >= split.blocks) break;
-      band = split.lane;
-      walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
-    }
-    walk.load(u32(M));
+    walk.store_scales(scales);
+    more = walk.next();
   }
-  if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-    zero_swizzled_padding(scales_swizzled, M, K / kMxfp8Block, tid, num_threads);
 }
 
 }  // namespace quant

@@ -31,17 +31,13 @@
 //     amax_partials, num_partials   GS_MODE 1 only (1 <= num_partials <= kMaxAmaxPartials):
 //                      the array written by nvfp4_amax_partials with grid = num_partials.
 //                      Ignored (may be null / 0) otherwise.
-//     grid     (g, 1, 1): any g >= 1 is correct. Work split (quantization/split.cuh): bands of
-//              128 rows; CTA b takes offset block b % OB (256 consecutive chunks of a band,
-//              OB = sk_qsplit_offset_blocks(M, K/8)) in bands b / OB, + L, + 2L, ...
-//              (L = sk_qsplit_lanes(g, OB, bands)), kQuantChunksPerThread = 4 8-value chunks per
-//              step, loaded before any arithmetic; CTAs past L * OB only zero padding. The host
-//              (quant_rows_grid -> sk_qsplit_grid) launches L * OB CTAs with L about
-//              bands / chunks-per-thread (16 for nvfp4), at least min(one chunk per thread,
-//              4 CTAs per SM) worth, and at least ceil(P / 256) CTAs, P =
-//              sk::swizzled_padding_words(M, K/16) when LAYOUT & 1 (for M = 1 the 127 padding
-//              rows are most of the work). M <= 128: one chunk per thread. GS_MODE 2: g must be 1
-//              (else the kernel traps).
+//     grid     (g, 1, 1): any g >= 1 is correct. Work split (quantization/split.cuh): units of
+//              128 rows x one k-tile (64 values per row: one 128x4 swizzled scale tile), U =
+//              sk_qsplit_units(M, K/8, 2) of them; CTA b takes units b, b + g, ...; a unit is four
+//              8-value chunks per thread (rows r, r+32, r+64, r+96 of one column), loaded before
+//              any arithmetic. The host (quant_rows_grid -> sk_qsplit_grid) launches about
+//              U / (chunks per thread / 4) CTAs (16 chunks for nvfp4: 4 units per CTA), at least
+//              min(U, 4 CTAs per SM). GS_MODE 2: g must be 1 (else the kernel traps).
 //   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
 //     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
 //     min(ceil(M*K/8 / 256), 2 * SMs). CTA b writes amax_partials[b] = max |x| over the finite
@@ -53,10 +49,12 @@
 // pass, then quantize pass). 1 KiB of static shared memory (the eff table below).
 //
 // Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element, but close to the
-// instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight;
-// a thread's chunks are 128 L rows apart in one column, so its x, value and scale addresses each
-// advance by one stride per chunk (no division, no swizzle arithmetic per chunk: ~108 SASS per
-// 8-value chunk on the fast path, was ~137 with the row-major split); the E2M1 encoding is the
+// instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight
+// (a warp reads four whole 128-byte row pieces); a thread's four chunks are the rows of one
+// 16-byte piece of the swizzled scale layout, so the unit's scales leave as whole 4-byte words
+// after a two-shuffle transpose (512 contiguous bytes per unit, padding included: no byte
+// stores, no partial sectors, no padding pass; the 1-byte scatter of the previous split made
+// the kernel L2-bound); the E2M1 encoding is the
 // exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
 // them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
 // value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
@@ -255,33 +253,33 @@ SK_DEVICE void nvfp4_store_chunk_at(u32 c, u32 cpr, Nvfp4Chunk q, u8* __restrict
 // decode row of K <= 8192) are read from memory once, with all loads in flight together.
 constexpr int kInCtaCachedChunks = 4;
 
+// Occupancy: on sm_90 (software E2M1) 48 registers, 5 CTAs per SM, fit without spills (the
+// compiler's own choice was up to 54 for FP16 input: 4 CTAs); elsewhere, and for the one-CTA
+// in-CTA mode, the compiler's choice (capping spills there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+constexpr int kNvfp4MinCtasPerSm = 5;
+#else
+constexpr int kNvfp4MinCtasPerSm = 1;
+#endif
+
 template <typename T, int LAYOUT, int GS_MODE, int CVT>
-__global__ void __launch_bounds__(kNvfp4Threads)
+__global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 1 : kNvfp4MinCtasPerSm)
     nvfp4_rows(const T* __restrict__ x, int ld_x, int M, int K, u8* __restrict__ values,
                u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows,
                float* __restrict__ global_scale, const float* __restrict__ amax_partials,
                int num_partials) {
   static_assert(LAYOUT >= kScalesSwizzled && LAYOUT <= kScalesBoth, "LAYOUT: 1, 2 or 3");
   static_assert(GS_MODE >= kGlobalScaleGiven && GS_MODE <= kGlobalScaleInCta, "GS_MODE: 0..2");
-  const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
-  const i64 num_threads = i64(gridDim.x) * blockDim.x;
-  // Two threads per 16-value block, 8 values (one 16-byte load) each: a block is a lane pair
-  // (quantization/split.cuh).
-  const int cpr = K / 8, k_tiles = swizzled_k_tiles(K / kNvfp4Block);
+  // Two threads per 16-value block, 8 values (one 16-byte load) each: a block is a lane pair.
   __shared__ float eff_of_scale[256];
 
   if constexpr (GS_MODE != kGlobalScaleInCta) {
-    // Loads first (the global scale, its reduction and the eff table overlap them), then
-    // kQuantChunksPerThread chunks per thread per step, 128 * lanes rows apart (quantization/
-    // split.cuh): no division and one stride per address per chunk.
-    const CtaSplit split(M, cpr);
-    ChunkWalk<T, LAYOUT, 4, 2> walk;
-    int block = split.block, band = split.lane;
-    const bool has_chunks = split.has_chunks();  // CTA-uniform
-    if (has_chunks) {
-      walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
-      walk.load(u32(M));
-    }
+    // One unit (128 rows x one k-tile, quantization/split.cuh) per step: its loads first (the
+    // global scale, its reduction and the eff table overlap the first ones), then the four
+    // chunks, then the unit's scales as whole words (padding included: no padding pass).
+    UnitWalk<T, LAYOUT, 4, 2> walk(x, ld_x, M, K, values, scales_swizzled, scales_rows);
+    bool more = walk.has_unit();  // CTA-uniform
+    if (more) walk.load();
     float gs;
     if constexpr (GS_MODE == kGlobalScaleGiven) {
       gs = __ldg(global_scale);
@@ -290,32 +288,30 @@ __global__ void __launch_bounds__(kNvfp4Threads)
       for (int i = threadIdx.x; i < num_partials; i += blockDim.x)
         amax = max(amax, magnitude_bits_finite(__ldg(amax_partials + i)));
       gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
-      if (tid == 0) *global_scale = gs;
+      if (blockIdx.x == 0 && threadIdx.x == 0) *global_scale = gs;
     }
     const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
     const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
     for (int s = threadIdx.x; s < 256; s += blockDim.x)
       eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
     __syncthreads();
-    while (has_chunks) {
+    while (more) {
+      u32 scales = 0;  // byte j: chunk j's; 0 for padding (a zero chunk's scale is not 0 for every gs)
 #pragma unroll
       for (int j = 0; j < kQuantChunksPerThread; j++) {
-        const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], gs, scale_mask, eff_of_scale);
-        // Both lanes of a pair store the scale (same byte, same address), cheaper than a branch.
-        walk.store(u32(M), q.packed, u8(q.scale), true);
+        if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
+          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], gs, scale_mask, eff_of_scale);
+          walk.store_values(j, q.packed);
+          if (walk.exists(j)) scales |= q.scale << (8 * j);
+        }
       }
-      // CTA-uniform control flow: the shuffles see full warps.
-      band += kQuantChunksPerThread * split.lanes;
-      if (band >= split.bands) {
-        block += split.block_stride;
-        if (block >= split.blocks) break;
-        band = split.lane;
-        walk.start(x, ld_x, cpr, k_tiles, values, scales_rows, scales_swizzled, split, block);
-      }
-      walk.load(u32(M));
+      walk.store_scales(scales);
+      more = walk.next();
+      if (more) walk.load();
     }
   } else {
     if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
+    const int cpr = K / 8;
     const i64 chunks = i64(M) * cpr;
     uint4 cached[kInCtaCachedChunks];
     u32 amax = 0;
@@ -332,7 +328,7 @@ __global__ void __launch_bounds__(kNvfp4Threads)
     const i64 first_chunk = threadIdx.x + i64(kInCtaCachedChunks) * blockDim.x;
     amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
     const float gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
-    if (tid == 0) *global_scale = gs;
+    if (threadIdx.x == 0) *global_scale = gs;
     const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
     const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
     for (int s = threadIdx.x; s < 256; s += blockDim.x)
@@ -354,9 +350,10 @@ __global__ void __launch_bounds__(kNvfp4Threads)
           eff_of_scale);
       if (valid) nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
+    // Byte stores above: the padding needs its own pass here (one CTA).
+    if constexpr ((LAYOUT & kScalesSwizzled) != 0)
+      zero_swizzled_padding(scales_swizzled, M, K / kNvfp4Block, threadIdx.x, blockDim.x);
   }
-  if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-    zero_swizzled_padding(scales_swizzled, M, K / kNvfp4Block, tid, num_threads);
 }
 
 }  // namespace quant

@@ -3,27 +3,30 @@
 // the CPU mapping test (tests/test_quant_mapping.c) include: plain C11 as well as CUDA C++17
 // (integer arithmetic only), so the test checks the kernels' own index arithmetic.
 //
-// The input [M, K] is cut into 8-element chunks (one 16-byte load), cpr = K/8 per row. Rows are
-// grouped in bands of 128 (one row tile of the 128x4 swizzled scale layout). Within a band, a
-// chunk's "offset" is its row-major position (band row offset / cpr, column offset % cpr).
-// Offsets are cut into blocks of 256, one thread each; only rows that exist in band 0 count, so
-// a tensor of M < 128 rows has no empty blocks (sk_qsplit_offset_blocks).
-//
-// With OB offset blocks and a grid of g CTAs, CTA b takes offset block b % OB and band lane
-// l = b / OB of L = sk_qsplit_lanes(g, OB, bands) lanes (CTAs with l >= L have no chunks; when
-// g < OB, L = 1 and CTA b takes the blocks b, b + g, ...). Thread t of the CTA walks offset
-// 256 * block + t through bands l, l + L, l + 2L, ..., SK_QSPLIT_PER_STEP chunks per step, all
-// loaded before any arithmetic. So, per thread:
-//  * consecutive chunks are 128 L rows apart in the same column: the x, value, row-major scale
-//    and swizzled scale addresses each advance by one CTA-uniform stride (no division per chunk;
-//    the swizzled scale 128 L rows down is L row tiles on: L * k_tiles * 512 bytes), and a chunk
-//    exists iff its row is below M (one compare);
-// and per warp:
-//  * the 32 lanes hold 32 consecutive offsets, i.e. consecutive chunks of the row-major tensor
-//    (one load instruction reads 512 contiguous bytes when ld_x == K);
-//  * offsets o and o ^ 1 (NVFP4) or o ^ 1, o ^ 2, o ^ 3 (MXFP8) are one scale block: cpr is even
-//    (a multiple of 4), so 256-aligned blocks and band starts (128 cpr) keep blocks aligned, and a
-//    block's lanes share a row, hence whether their chunks exist.
+// The input [M, K] is cut into 8-element chunks (one 16-byte load), cpr = K/8 per row; a scale
+// block is bc chunks (2 NVFP4, 4 MXFP8). The work follows the 128x4 swizzled scale layout
+// (common/scale_layout.cuh), whose 16-byte pieces hold rows r, r+32, r+64, r+96 of a 128-row tile
+// times the 4 scale columns of one k-tile (4 bc chunks per row). A "unit" (one CTA step) is the
+// 4 * 256 chunks of
+//   rows  band * 128 + r0 + [0, R) + 32 g   (g = 0..3, the tile's four row groups)
+//   cols  the k-tile kt (4 bc chunks per row)
+// with R = 256 / (4 bc) (32 NVFP4: a unit is a whole tile; 16 MXFP8: half a tile, r0 = 0 or 16).
+// The units of one (band, r0) form a "slab"; unit u is slab u / k_tiles, k-tile u % k_tiles, so
+// consecutive units are neighbouring k-tiles of the same rows. CTA b of a grid of g takes units
+// b, b + g, b + 2g, ... (any g >= 1 is correct). In a unit, thread t holds the four chunks
+//   row slab_row + t / (4 bc) + 32 j, chunk column kt * 4 bc + t % (4 bc)      (j = 0..3)
+// all loaded before any arithmetic. So:
+//  * a warp's load reads whole 128-byte (NVFP4: 4 rows) or 256-byte (MXFP8: 2 rows) row pieces;
+//  * a scale block is bc adjacent lanes of one row (the kernels' amax shuffles), and the four
+//    blocks of a k-tile row are the 4 bc lanes t & ~(4 bc - 1) ..;
+//  * thread t holds the scales of rows r, r+32, r+64, r+96 of its block: the four blocks' lanes
+//    transpose their 4x4 scale bytes with two shuffles (sk_qsplit_transpose_*), after which the
+//    first lane of block c holds row group c's four scales = word c of the 16-byte piece, and the
+//    row-major word of row r + 32c, columns 4kt..4kt+3;
+//  * the unit's swizzled scales are 512 (NVFP4) or 256 (MXFP8) contiguous bytes, written once by
+//    4-byte stores of adjacent lanes (whole sectors), padding rows and columns included (their
+//    scales are set to 0): every byte of the swizzled buffer is written exactly once and there is
+//    no separate padding pass.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -33,76 +36,69 @@
 #define SK_QSPLIT_FN static inline
 #endif
 
-#define SK_QSPLIT_THREADS 256   /* threads per CTA: one offset block */
+#define SK_QSPLIT_THREADS 256   /* threads per CTA */
 #define SK_QSPLIT_BAND_ROWS 128 /* rows per band: one swizzled scale row tile */
-#define SK_QSPLIT_PER_STEP 4    /* chunks per thread per step (loads in flight) */
-/* At most 2^22 band lanes: a step's rows then stay below 2^32 (row < 2^30 + 128 plus three
- * strides of at most 2^29), so the u32 row compare never wraps. */
-#define SK_QSPLIT_MAX_LANES (1 << 22)
+#define SK_QSPLIT_GROUP_ROWS 32 /* rows between the four rows of one 16-byte swizzled piece */
+#define SK_QSPLIT_PER_STEP 4    /* chunks per thread per unit: one per row group */
 
 SK_QSPLIT_FN int sk_qsplit_bands(int m) { return (m + SK_QSPLIT_BAND_ROWS - 1) / SK_QSPLIT_BAND_ROWS; }
 
-SK_QSPLIT_FN int sk_qsplit_offset_blocks(int m, int cpr) {
-  return (int)(((long long)(m < SK_QSPLIT_BAND_ROWS ? m : SK_QSPLIT_BAND_ROWS) * cpr + SK_QSPLIT_THREADS - 1) /
-               SK_QSPLIT_THREADS);
+// Chunks per row of one k-tile (4 scale blocks of bc chunks): 8 NVFP4, 16 MXFP8.
+SK_QSPLIT_FN int sk_qsplit_tile_chunks(int bc) { return 4 * bc; }
+// Rows per row group of a unit (R): 32 NVFP4, 16 MXFP8.
+SK_QSPLIT_FN int sk_qsplit_unit_rows(int bc) { return SK_QSPLIT_THREADS / sk_qsplit_tile_chunks(bc); }
+// Slabs per band: 1 NVFP4, 2 MXFP8.
+SK_QSPLIT_FN int sk_qsplit_slabs_per_band(int bc) { return SK_QSPLIT_GROUP_ROWS / sk_qsplit_unit_rows(bc); }
+SK_QSPLIT_FN int sk_qsplit_k_tiles(int cpr, int bc) { return (cpr / bc + 3) / 4; }
+// Units of an [m, 8 cpr] tensor: below 2^27 for M * K <= 2^34 (and K < 2^31).
+SK_QSPLIT_FN int sk_qsplit_units(int m, int cpr, int bc) {
+  return sk_qsplit_bands(m) * sk_qsplit_slabs_per_band(bc) * sk_qsplit_k_tiles(cpr, bc);
 }
 
-// Band lanes of a grid of `grid` CTAs: max(1, grid / blocks), at most one per band.
-SK_QSPLIT_FN int sk_qsplit_lanes(int grid, int blocks, int bands) {
-  int lanes = grid >= blocks ? grid / blocks : 1;
-  if (lanes > bands) lanes = bands;
-  return lanes < SK_QSPLIT_MAX_LANES ? lanes : SK_QSPLIT_MAX_LANES;
+// Row of the slab's first chunk (thread 0, row group 0) and the band's row offset of it.
+SK_QSPLIT_FN unsigned sk_qsplit_slab_row(unsigned slab, int bc) {
+  return slab / (unsigned)sk_qsplit_slabs_per_band(bc) * SK_QSPLIT_BAND_ROWS +
+         slab % (unsigned)sk_qsplit_slabs_per_band(bc) * (unsigned)sk_qsplit_unit_rows(bc);
 }
+// Thread t's row in its slab and chunk column in its k-tile.
+SK_QSPLIT_FN unsigned sk_qsplit_thread_row(unsigned t, int bc) { return t / (unsigned)sk_qsplit_tile_chunks(bc); }
+SK_QSPLIT_FN unsigned sk_qsplit_thread_col(unsigned t, int bc) { return t % (unsigned)sk_qsplit_tile_chunks(bc); }
+// Thread t's scale block in its k-tile (0..3) and whether it is the block's first lane (the lane
+// that stores the block's scale words).
+SK_QSPLIT_FN unsigned sk_qsplit_thread_block(unsigned t, int bc) { return sk_qsplit_thread_col(t, bc) / (unsigned)bc; }
+SK_QSPLIT_FN int sk_qsplit_block_leader(unsigned t, int bc) { return sk_qsplit_thread_col(t, bc) % (unsigned)bc == 0; }
 
-// CTA `cta`'s first offset block, its band lane (no chunks if >= lanes) and the stride between its
-// offset blocks (blocks itself when grid >= blocks: then it has exactly one).
-SK_QSPLIT_FN int sk_qsplit_first_block(int cta, int blocks) { return cta % blocks; }
-SK_QSPLIT_FN int sk_qsplit_lane(int cta, int blocks) { return cta / blocks; }
-SK_QSPLIT_FN int sk_qsplit_block_stride(int grid, int blocks) { return grid < blocks ? grid : blocks; }
-
-// Thread t's offset in offset block `block` (< 2^31 + 256: fits u32).
-SK_QSPLIT_FN unsigned sk_qsplit_offset(int block, int t) {
-  return (unsigned)block * SK_QSPLIT_THREADS + (unsigned)t;
-}
-
-// Row of the first chunk of the walk of `offset` (row offset / cpr of band `lane`).
-SK_QSPLIT_FN unsigned sk_qsplit_first_row(unsigned offset, unsigned cpr, int lane) {
-  return (unsigned)lane * SK_QSPLIT_BAND_ROWS + offset / cpr;
+// Byte offset of word c (row group c, columns 4kt..4kt+3) of the 16-byte swizzled piece of row
+// `row` (k-tile kt): the layout's (row / 128) * k_tiles * 512 + kt * 512 + (row % 32) * 16 + c * 4.
+// 64-bit: a short, very wide tensor's padded buffer can pass 2^32 bytes.
+SK_QSPLIT_FN long long sk_qsplit_swizzled_word(unsigned row, unsigned kt, unsigned k_tiles, unsigned c) {
+  return ((long long)(row / SK_QSPLIT_BAND_ROWS) * k_tiles + kt) * 512 + (row % SK_QSPLIT_GROUP_ROWS) * 16 + c * 4;
 }
 
 // Byte offset of scale (row, kcol) in the 128x4 swizzled layout (common/scale_layout.cuh), with
-// shifts and masks: ((row / 128) * k_tiles + kcol / 4) * 512 + (row % 32) * 16 + (row % 128 / 32) * 4
-// + kcol % 4. 64-bit: a short, very wide tensor's padded buffer can pass 2^32 bytes.
+// shifts and masks (the in-CTA mode's per-chunk store).
 SK_QSPLIT_FN long long sk_qsplit_swizzled_offset(unsigned row, unsigned kcol, unsigned k_tiles) {
   return (long long)((row >> 7) * k_tiles + (kcol >> 2)) * 512 +
          (((row << 4) & 0x1F0u) | ((row >> 3) & 0xCu) | (kcol & 3u));
 }
 
-// Per-chunk strides of a walk with `lanes` band lanes: x elements, chunks (values and row-major
-// scales are chunk index * bytes per chunk and / chunks per block), swizzled scale bytes, rows.
-SK_QSPLIT_FN long long sk_qsplit_x_stride(int lanes, int ld_x) {
-  return (long long)lanes * SK_QSPLIT_BAND_ROWS * ld_x;
-}
-SK_QSPLIT_FN long long sk_qsplit_chunk_stride(int lanes, int cpr) {
-  return (long long)lanes * SK_QSPLIT_BAND_ROWS * cpr;
-}
-SK_QSPLIT_FN long long sk_qsplit_swizzled_stride(int lanes, unsigned k_tiles) {
-  return (long long)lanes * k_tiles * 512;
-}
-SK_QSPLIT_FN unsigned sk_qsplit_row_stride(int lanes) { return (unsigned)lanes * SK_QSPLIT_BAND_ROWS; }
+// The 4x4 byte transpose of a k-tile row's scales in two shuffle rounds. Before: the lanes of
+// block c hold p, byte j = scale (row group j, block c). Round a exchanges with block c ^ 2
+// (lane ^ 2 bc) and keeps row groups 2(c/2), 2(c/2)+1 of blocks c, c ^ 2:
+//   a = prmt(p, shfl_xor(p, 2 bc), sk_qsplit_transpose_a(c))
+// round b exchanges with block c ^ 1 (lane ^ bc):
+//   w = prmt(a, shfl_xor(a, bc), sk_qsplit_transpose_b(c))
+// After: w byte i = scale (row group c, block i). prmt selectors (byte k of the result is byte
+// sel >> 4k of {second, first}).
+SK_QSPLIT_FN unsigned sk_qsplit_transpose_a(unsigned c) { return (c & 2u) ? 0x3276u : 0x5410u; }
+SK_QSPLIT_FN unsigned sk_qsplit_transpose_b(unsigned c) { return (c & 1u) ? 0x3715u : 0x6240u; }
 
-// Host grid for about `per` chunks per thread (1..64): one band lane per `per` bands, but at least
-// min(one chunk per thread, 4 CTAs per SM) CTAs' worth of lanes (latency of small tensors:
-// M <= 128 is one chunk per thread), and at least `pad_words` threads (the swizzled padding,
-// most of the work for M = 1). Any grid is correct; this one has no CTA without chunks unless
-// the padding needs it.
-SK_QSPLIT_FN long long sk_qsplit_grid(long long m, long long cpr, long long per, long long sms, long long pad_words) {
-  const long long blocks = sk_qsplit_offset_blocks((int)m, (int)cpr), bands = sk_qsplit_bands((int)m);
-  const long long chunk_ctas = (m * cpr + SK_QSPLIT_THREADS - 1) / SK_QSPLIT_THREADS;
-  const long long floor_ctas = chunk_ctas < 4 * sms ? chunk_ctas : 4 * sms;
-  long long lanes = (bands + per - 1) / per, floor_lanes = (floor_ctas + blocks - 1) / blocks;
-  if (floor_lanes > bands) floor_lanes = bands;
-  if (lanes < floor_lanes) lanes = floor_lanes;
-  const long long grid = lanes * blocks, pad_ctas = (pad_words + SK_QSPLIT_THREADS - 1) / SK_QSPLIT_THREADS;
-  return grid > pad_ctas ? grid : pad_ctas;
+// Host grid for about `per` chunks per thread (1..64; a unit is 4 per thread, so below 4 counts
+// as 4): per / 4 units per CTA, but at least min(units, 4 CTAs per SM) CTAs (latency of small
+// tensors, bytes in flight of mid-sized ones). Any grid is correct.
+SK_QSPLIT_FN long long sk_qsplit_grid(long long units, long long per, long long sms) {
+  long long per_cta = per / SK_QSPLIT_PER_STEP > 1 ? per / SK_QSPLIT_PER_STEP : 1;
+  const long long floor_ctas = units < 4 * sms ? units : 4 * sms;
+  if (units / per_cta < floor_ctas) per_cta = units / floor_ctas > 1 ? units / floor_ctas : 1;
+  return (units + per_cta - 1) / per_cta;
 }

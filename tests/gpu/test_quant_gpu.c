@@ -11,6 +11,7 @@
 #include "sparkinfer/jit.h"
 #include "sparkinfer/quantization.h"
 #include "testutil.h"
+#include "../../kernel_src/quantization/split.cuh" /* the kernels' unit count (plain C as well) */
 
 static char *dir;
 static void setup(void) { dir = gpu_test_setup("gpuq"); }
@@ -179,17 +180,17 @@ Test(gpu_quant, mxfp8_bit_exact_over_shapes, .init = setup, .fini = teardown, .t
                case_failures);
 }
 
-/* The multi-chunk work split (kernel_src/quantization/chunks.cuh): tails where the chunk count is
- * not a multiple of the chunks per step, M = 1, odd M, the smallest K (16, 32, 48: one or two
- * chunks per row), and several chunks per thread (SPARKINFER_QUANT_CHUNKS_PER_THREAD, read at plan
- * creation: 1 = one chunk per thread, 2 and 4 = one step, 16 = four steps of the grid-stride loop). */
+/* The unit work split (kernel_src/quantization/split.cuh, chunks.cuh): ragged row tiles and
+ * k-tiles (M = 1, odd M, K/16 or K/32 not a multiple of 4), the smallest K (16, 32, 48: one to three
+ * scale columns of a k-tile), and several units per CTA (SPARKINFER_QUANT_CHUNKS_PER_THREAD, read at
+ * plan creation: 1 and 4 = one unit per CTA, 8 = two, 16 = four units of the grid-stride loop). */
 Test(gpu_quant, multi_chunk_tails_bit_exact, .init = setup, .fini = teardown, .timeout = 600) {
   uint64_t seed = skref_test_seed("gpu quant tails");
   skref_rng rng;
   skref_rng_seed(&rng, seed);
   static const int64_t tm[] = {1, 2, 3, 5, 127, 129, 1001, 4097};
   static const int64_t tk4[] = {16, 48, 80, 2064}, tk8[] = {32, 96, 2080};
-  static const char *const per[] = {"1", "2", "4", "16"};
+  static const char *const per[] = {"1", "4", "8", "16"};
   int i = 0;
   for (size_t p = 0; p < sizeof per / sizeof per[0]; p++) {
     setenv("SPARKINFER_QUANT_CHUNKS_PER_THREAD", per[p], 1);
@@ -217,8 +218,8 @@ Test(gpu_quant, multi_chunk_tails_bit_exact, .init = setup, .fini = teardown, .t
 }
 
 /* The rows kernels launched directly: grids the host never picks (1, 2, 3, around and past the
- * offset block count of kernel_src/quantization/split.cuh), ld_x > K, and the in-CTA global
- * scale mode (nvfp4_rows GS_MODE 2, grid 1), against the reference with the same ld. */
+ * unit count of kernel_src/quantization/split.cuh), ld_x > K, and the in-CTA global scale mode
+ * (nvfp4_rows GS_MODE 2, grid 1), against the reference with the same ld. */
 static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int layout, int gs_mode, int grid,
                         skref_rng *rng, uint64_t seed) {
   const int block = nvfp4 ? 16 : 32;
@@ -290,8 +291,8 @@ Test(gpu_quant, direct_launch_any_grid_ld_and_in_cta, .init = setup, .fini = tea
   for (size_t a = 0; a < sizeof tm / sizeof tm[0]; a++)
     for (int kind = 0; kind < 2; kind++)
       for (size_t b = 0; b < 3; b++, i++) {
-        const int m = tm[a], k = kind ? tk4[b] : tk8[b], blocks = (((m < 128 ? m : 128) * (k / 8)) + 255) / 256;
-        const int grids[] = {1, 2, 3, blocks > 1 ? blocks - 1 : 1, blocks + 1, 3 * blocks + 1};
+        const int m = tm[a], k = kind ? tk4[b] : tk8[b], units = sk_qsplit_units(m, k / 8, kind ? 2 : 4);
+        const int grids[] = {1, 2, 3, units > 1 ? units - 1 : 1, units + 1, 3 * units + 1};
         for (int g = 0; g < 6; g++)
           direct_case(kind, i % 2 ? SKREF_FP16 : SKREF_BF16, m, k, k + (g % 2 ? 72 : 8), 1 + (i + g) % 3, 0, grids[g],
                       &rng, seed);

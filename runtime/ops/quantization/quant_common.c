@@ -252,18 +252,16 @@ SK_API sk_status sk_quant_run(const sk_quant_plan *p, const sk_binding *b, void 
 _Static_assert(QUANT_THREADS == SK_QSPLIT_THREADS && QUANT_CHUNKS_PER_STEP == SK_QSPLIT_PER_STEP,
                "the host grid and the kernels' split agree");
 
-int64_t quant_rows_grid(int64_t m, int64_t k, int block, int swizzled, int chunks_per_thread, int sm_count) {
-  /* The kernels' work split (kernel_src/quantization/split.cuh): large tensors get about
-   * chunks_per_thread chunks per thread, all of one step loaded before any arithmetic (more bytes
-   * in flight, fewer CTAs); small ones one chunk per thread while that still gives at most 4 CTAs
-   * per SM, so M <= 128 keeps the one-round-trip latency; and one thread per swizzled padding word. */
+int64_t quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, int sm_count) {
+  /* The kernels' work split (kernel_src/quantization/split.cuh): units of 128 rows x one k-tile
+   * (4 chunks per thread each, all loaded before any arithmetic); large tensors get about
+   * chunks_per_thread / 4 units per CTA (fewer CTAs, the per-CTA setup amortised), and every
+   * tensor at least min(units, 4 per SM) CTAs (small ones: one unit per CTA, one round trip). */
   const int64_t sms = sm_count > 0 ? sm_count : 128; /* offline plans know no SM count */
   const int64_t per = chunks_per_thread > 0 ? chunks_per_thread : QUANT_CHUNKS_PER_STEP;
-  const int64_t pad_words = swizzled ? (sk_cdiv(m, 128) * 128 - m) * sk_cdiv(k / block, 4) : 0;
-  return sk_qsplit_grid(m, k / 8, per, sms, pad_words);
+  return sk_qsplit_grid(sk_qsplit_units((int)m, (int)(k / 8), block / 8), per, sms);
 }
 
 int64_t quant_grid(const sk_quant_plan *p, int64_t m) {
-  return quant_rows_grid(m, p->caps.k, kind_block(p->kind), (p->caps.scales & SK_SCALES_SWIZZLED) != 0,
-                         p->chunks_per_thread, p->sm_count);
+  return quant_rows_grid(m, p->caps.k, kind_block(p->kind), p->chunks_per_thread, p->sm_count);
 }

@@ -30,7 +30,7 @@ struct sk_quant_plan {
 
 #define QUANT_THREADS 256       /* kNvfp4Threads / kMxfp8Threads (SK_QSPLIT_THREADS) */
 #define QUANT_MAX_PARTIALS 1024 /* kMaxAmaxPartials */
-#define QUANT_CHUNKS_PER_STEP 4 /* SK_QSPLIT_PER_STEP (kernel_src/quantization/split.cuh) */
+#define QUANT_CHUNKS_PER_STEP 4 /* SK_QSPLIT_PER_STEP (kernel_src/quantization/split.cuh): one unit */
 
 /* Caps check for `kind` (fills a normalised copy). */
 sk_status quant_check_caps(quant_kind kind, const sk_quant_caps *caps, sk_quant_caps *out);
@@ -50,15 +50,15 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
                             const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
                             int64_t *m_out);
 
-/* Grid of the rows kernels (sk_qsplit_grid, kernel_src/quantization/split.cuh): about
- * chunks_per_thread 8-value chunks per thread, loaded QUANT_CHUNKS_PER_STEP at a time (SPARKINFER_QUANT_CHUNKS_PER_THREAD, default 4; never fewer than
- * min(one chunk per thread, 4 CTAs per SM) CTAs), and at least one thread per swizzled padding
- * word (for M = 1 the 127 padding rows are most of the work). See the kernels' launch contracts. */
+/* Grid of the rows kernels (sk_qsplit_grid, kernel_src/quantization/split.cuh): units of 128 rows x
+ * one k-tile (QUANT_CHUNKS_PER_STEP chunks per thread each), about chunks_per_thread / 4 units per
+ * CTA (SPARKINFER_QUANT_CHUNKS_PER_THREAD; never fewer than min(units, 4 per SM) CTAs). See the
+ * kernels' launch contracts. */
 int64_t quant_grid(const sk_quant_plan *p, int64_t m);
 /* The same grid without a plan (gemm.mxfp8_linear launches the mxfp8 rows kernel directly):
  * block = values per scale (16 nvfp4, 32 mxfp8), chunks_per_thread <= 0 = the step default,
  * sm_count <= 0 = unknown. */
-int64_t quant_rows_grid(int64_t m, int64_t k, int block, int swizzled, int chunks_per_thread, int sm_count);
+int64_t quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, int sm_count);
 /* Each op's launches (binding already checked). */
 sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
 sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
