@@ -95,11 +95,11 @@ sk_status quant_plan_create(quant_kind kind, const sk_quant_caps *caps, sk_quant
   c.arch = p->arch;
   p->caps = c;
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
-  /* Defaults measured on the H200 (bench/RESULTS.md, ninth run; 1, 2, 4, 8, 16 compared): mxfp8
-   * one step of 4 chunks per thread (4 x 16 bytes in flight; 8 equal, 16 slower); nvfp4 16
-   * (four steps: its per-CTA scale table and setup are amortised over more chunks; +7-10% over
-   * 4 at M >= 4096). The variable overrides both for benchmarks; bits never change. */
-  const uint64_t default_per = kind == QUANT_NVFP4 ? 16 : QUANT_CHUNKS_PER_STEP;
+  /* Defaults measured on the H200 (bench/RESULTS.md, eighteenth run; 4, 8, 16, 32 compared):
+   * mxfp8 one unit per CTA (4 chunks per thread: 94-96% of copy at M = 16384, K >= 4096), nvfp4
+   * two units (8; 16 and 32 were 1-3 points slower, 4 up to 7). The variable overrides both for
+   * benchmarks; bits never change. */
+  const uint64_t default_per = kind == QUANT_NVFP4 ? 2 * QUANT_CHUNKS_PER_STEP : QUANT_CHUNKS_PER_STEP;
   uint64_t per = default_per;
   if (s == SK_OK) s = sk_env_u64("SPARKINFER_QUANT_CHUNKS_PER_THREAD", default_per, &per);
   if (s == SK_OK && (per < 1 || per > 64))
