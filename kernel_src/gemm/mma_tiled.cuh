@@ -50,9 +50,10 @@
 //     c ^ 2*(r%4), which makes the 8-byte loads conflict-free per half-warp.
 //     sm_90 has no native FP8 mma.sync: there each fragment is converted once to FP16 (exact) and
 //     each 32-block runs as two m16n8k16 f16 MMAs with the same K slot map (SK_TILED_FP8_NATIVE).
-//   * FP4 recipes: lane t loads the 16 bytes (32 elements) t of its rows' 64-byte slab row; quad
-//     q = 0..7 of that chunk is dequantized exactly (E2M1 x scale) into the MMA's k16 registers:
-//     nvfp4 in FP16 (m16n8k16 f16), mxfp4 in BF16 (m16n8k16 bf16), as the decode kernel does.
+//   * FP4 recipes: lane t loads the 16 bytes (32 elements) t of its rows' 64-byte slab row; each
+//     u32 word decodes with integer ops (e2m1x8_to_f16x2_2m14, value * 2^-14) into two k16 MMAs'
+//     registers: nvfp4 times the UE4M3 scale in FP16 (exact; 2^28 in the epilogue, m16n8k16 f16),
+//     mxfp4 back to the value in FP16, times the UE8M0 scale in FP32, BF16 (m16n8k16 bf16).
 //     64-byte rows make the 16-byte loads conflict-free per quarter-warp without a swizzle.
 //   Epilogue: acc * alpha, RN to OUT, paired stores when aligned, masked to m < M, n < N.
 #pragma once
@@ -103,12 +104,12 @@ struct TiledLayout {
 #define SK_TILED_FP8_NATIVE 0
 #endif
 
-// Four E4M3 codes (byte i = element i) -> two f16x2 (elements 0,1 and 2,3), exact.
+// Four E4M3 codes (byte i = element i) -> two f16x2 (elements 0,1 and 2,3), exact. The cvt reads
+// each 16-bit half in place (no shift for the high pair).
 SK_DEVICE void e4m3x4_to_f16x2x2(u32 w, u32& p01, u32& p23) {
-  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFFu), __NV_E4M3);
-  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
-  p01 = (u32)lo.x | ((u32)lo.y << 16);
-  p23 = (u32)hi.x | ((u32)hi.y << 16);
+  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
+      : "=r"(p01), "=r"(p23)
+      : "r"(w));
 }
 
 // One 32-element K block: D += A * B for a lane's raw E4M3 fragments (m16n8k32 register layout:
@@ -141,6 +142,33 @@ SK_DEVICE void copy_block_async(u8* dst, const u8* src, int bytes, bool aligned1
     for (int i = threadIdx.x; i < bytes / 16; i += NTHREADS) cp_async_16(dst + 16 * i, src + 16 * i);
   } else {
     for (int i = threadIdx.x; i < bytes / 4; i += NTHREADS) cp_async_4(dst + 4 * i, src + 4 * i);
+  }
+}
+
+SK_DEVICE u32 chunk_word(const uint4& c, int w) { return w == 0 ? c.x : w == 1 ? c.y : w == 2 ? c.z : c.w; }
+
+// NVFP4 codes word -> 4 f16x2 pairs (see the FP4 loop for the element map) times the UE4M3 scale
+// {s, s}: value * s * 2^-14, exact (value * s is a multiple of 2^-10 with <= 6 significant bits,
+// so the 2^-14 product is a multiple of 2^-24 below 2^12); the epilogue multiplies by 2^28.
+SK_DEVICE void fp4_word_nvfp4(u32 w, u32 scale_h2, u32 (&p)[4]) {
+  e2m1x8_to_f16x2_2m14(w, p);
+  const __half2 s = *reinterpret_cast<const __half2*>(&scale_h2);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&p[k]), s);
+    p[k] = *reinterpret_cast<const u32*>(&v);
+  }
+}
+
+// MXFP4 codes word -> 4 bf16x2 pairs (same map) of value * 2^k (UE8M0 `scale`), exact: the
+// 2^-14 decode is undone in FP16 (exact), then the FP32 product is exact and fits BF16.
+SK_DEVICE void fp4_word_mxfp4(u32 w, float scale, u32 (&p)[4]) {
+  e2m1x8_to_f16x2_2m14(w, p);
+  const __half2 two14 = __half2half2(__ushort_as_half((unsigned short)0x7400u));  // 2^14
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 v = __half22float2(__hmul2(*reinterpret_cast<const __half2*>(&p[k]), two14));
+    p[k] = pack_bf16x2(v.x * scale, v.y * scale);
   }
 }
 
@@ -187,20 +215,37 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
   const bool b_sc16 = (reinterpret_cast<unsigned long long>(b_scales) & 15ull) == 0;
 
   // ---- producer: one stage = K slab kb ----
+  // Thread i copies 16-byte chunk i % kChunks of rows i / kChunks + c * kRowStep (c < copies):
+  // the row step is a multiple of 4, so the FP8 swizzle and the chunk are the same for every c
+  // and the shared offsets are base + immediate; only the global K offset moves per slab. Rows
+  // past M / N read nothing (zero fill) from the operand's base address.
+  constexpr int kRowStep = kThreads / L::kChunks;
+  static_assert(kThreads % L::kChunks == 0 && kRowStep % 4 == 0, "producer row step");
+  constexpr int kCopiesA = (BM + kRowStep - 1) / kRowStep, kCopiesB = (BN + kRowStep - 1) / kRowStep;
+  const int cp_row = threadIdx.x / L::kChunks, cp_chunk = threadIdx.x % L::kChunks;
+  const u32 cp_dst = (u32)L::code_offset(cp_row, cp_chunk);
+  const u8* a_row_src = a_codes + (long long)(m0 + cp_row) * row_bytes + cp_chunk * 16;
+  const u8* b_row_src = b_codes + (long long)(n0 + cp_row) * row_bytes + cp_chunk * 16;
+  const long long cp_step_a = (long long)kRowStep * row_bytes;
+
   auto load_stage = [&](int stage, int kb) {
     u8* st = smem + stage * L::kStage;
     const long long kbyte = (long long)kb * L::kRowBytes;
-    for (int i = threadIdx.x; i < BM * L::kChunks; i += kThreads) {
-      const int r = i / L::kChunks, ch = i % L::kChunks;
+#pragma unroll
+    for (int c = 0; c < kCopiesA; ++c) {
+      const int r = cp_row + c * kRowStep;
+      if (BM % kRowStep != 0 && r >= BM) break;
       const bool live = m0 + r < M;
-      const u8* src = a_codes + (live ? (long long)(m0 + r) * row_bytes + kbyte + ch * 16 : 0);
-      cp_async_16(st + L::code_offset(r, ch), src, live ? 16 : 0);
+      cp_async_16(st + cp_dst + c * kRowStep * L::kRowBytes, live ? a_row_src + c * cp_step_a + kbyte : a_codes,
+                  live ? 16 : 0);
     }
-    for (int i = threadIdx.x; i < BN * L::kChunks; i += kThreads) {
-      const int r = i / L::kChunks, ch = i % L::kChunks;
+#pragma unroll
+    for (int c = 0; c < kCopiesB; ++c) {
+      const int r = cp_row + c * kRowStep;
+      if (BN % kRowStep != 0 && r >= BN) break;
       const bool live = n0 + r < N;
-      const u8* src = b_codes + (live ? (long long)(n0 + r) * row_bytes + kbyte + ch * 16 : 0);
-      cp_async_16(st + L::kOffB + L::code_offset(r, ch), src, live ? 16 : 0);
+      cp_async_16(st + L::kOffB + cp_dst + c * kRowStep * L::kRowBytes,
+                  live ? b_row_src + c * cp_step_a + kbyte : b_codes, live ? 16 : 0);
     }
     if (RecipeTraits<RECIPE>::kSwizzledScales) {
       // The k-tiles of this slab for the 128-row block holding the tile: contiguous 512 B each.
@@ -298,29 +343,35 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
         }
       }
 
+      // Word w (elements 8w..8w+7 of the lane's chunk) decodes to 4 pairs p[k] = {8w+k, 8w+k+4}
+      // (e2m1x8_to_f16x2_2m14: integer ops only, no lookup), which feed two k16 MMAs: p[0]/p[1]
+      // are slot pairs 2t / 2t+8 of the first, p[2]/p[3] of the second. A and B share the map.
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        const int hi16 = q >> 2;  // nvfp4: quads 0..3 = elements 0..15, 4..7 = 16..31
-        u32 bf[NT][2];
+      for (int w = 0; w < 4; ++w) {
+        const int hi16 = w >> 1;  // nvfp4: words 0, 1 = elements 0..15, words 2, 3 = 16..31
+        u32 bp[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          if (RECIPE == kNvfp4) dequant_quad_f16_nvfp4(bch[j], q, sb_h2[j][hi16], bf[j][0], bf[j][1]);
-          else dequant_quad_bf16<RECIPE>(bch[j], q, sb_f[j], bf[j][0], bf[j][1]);
+          if (RECIPE == kNvfp4) fp4_word_nvfp4(chunk_word(bch[j], w), sb_h2[j][hi16], bp[j]);
+          else fp4_word_mxfp4(chunk_word(bch[j], w), sb_f[j], bp[j]);
         }
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-          u32 af[4];
-          if (RECIPE == kNvfp4) {
-            dequant_quad_f16_nvfp4(ach[i][0], q, sa_h2[i][0][hi16], af[0], af[2]);
-            dequant_quad_f16_nvfp4(ach[i][1], q, sa_h2[i][1][hi16], af[1], af[3]);
-          } else {
-            dequant_quad_bf16<RECIPE>(ach[i][0], q, sa_f[i][0], af[0], af[2]);
-            dequant_quad_bf16<RECIPE>(ach[i][1], q, sa_f[i][1], af[1], af[3]);
+          u32 ap[2][4];  // [row g / g+8][pair]
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (RECIPE == kNvfp4) fp4_word_nvfp4(chunk_word(ach[i][h], w), sa_h2[i][h][hi16], ap[h]);
+            else fp4_word_mxfp4(chunk_word(ach[i][h], w), sa_f[i][h], ap[h]);
           }
 #pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            if (RECIPE == kNvfp4) mma_f16_m16n8k16(acc[i][j], af, bf[j]);
-            else mma_bf16_m16n8k16(acc[i][j], af, bf[j]);
+          for (int k2 = 0; k2 < 2; ++k2) {
+            const u32 af[4] = {ap[0][2 * k2], ap[1][2 * k2], ap[0][2 * k2 + 1], ap[1][2 * k2 + 1]};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              const u32 bf[2] = {bp[j][2 * k2], bp[j][2 * k2 + 1]};
+              if (RECIPE == kNvfp4) mma_f16_m16n8k16(acc[i][j], af, bf);
+              else mma_bf16_m16n8k16(acc[i][j], af, bf);
+            }
           }
         }
       }
@@ -447,7 +498,8 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
   cp_async_wait<0>();  // nothing real is pending (trailing groups are empty); for hygiene
 
   // ---- epilogue: alpha, RN to OUT, masked stores ----
-  const float out_scale = load_alpha(alpha);
+  // nvfp4 operands carry 2^-14 each (fp4_word_nvfp4): every product, hence acc, is exactly 2^-28 x.
+  const float out_scale = load_alpha(alpha) * (RECIPE == kNvfp4 ? 268435456.0f : 1.0f);
   constexpr int kElem = OUT == kOutFp32 ? 4 : 2;
   const bool pair_ok = (ldc % 2 == 0) && (reinterpret_cast<unsigned long long>(c) % (2 * kElem) == 0);
 #pragma unroll
