@@ -466,11 +466,11 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
 #pragma unroll
           for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) sa[i][h] = gemm_tmp_e8m0_to_float((sa_w[i][h] >> (8 * blk)) & 0xFFu);
+            for (int h = 0; h < 2; ++h) sa[i][h] = e8m0_to_float(u8(sa_w[i][h] >> (8 * blk)));
 #pragma unroll
           for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) sb[j][e] = gemm_tmp_e8m0_to_float((sb_w[j][e] >> (8 * blk)) & 0xFFu);
+            for (int e = 0; e < 2; ++e) sb[j][e] = e8m0_to_float(u8(sb_w[j][e] >> (8 * blk)));
 #pragma unroll
           for (int i = 0; i < MT; ++i)
 #pragma unroll
