@@ -8,17 +8,20 @@
 //   (cudaMalloc / cuMemAlloc give 256). No output may alias an input or another output.
 //   Scalars: the eps values as fp32, sinkhorn_iters as int (host rejects < 1; the kernels treat < 1
 //   as 1). Dynamic shared memory only in the tensor-core partial kernels (2; elsewhere pass 0).
-//   Deterministic: no atomics, fixed-order reductions; bits do not depend on tokens_per_cta,
-//   num_stages or hidden_per_cta, but post / comb / y do depend on which partial kernel (2 or 2b) ran.
+//   Deterministic: no floating-point atomics, fixed-order reductions; bits do not depend on
+//   tokens_per_cta, num_stages or hidden_per_cta, but post / comb / y do depend on which partial
+//   kernel (2 or 2b; 2c computes exactly 2b -> 3) ran.
 //
-// Scratch: partials fp32 [T_max][S][36] (kPartialStride), scratch_bytes = T_max * S * 36 * 4.
-//   Needs no initialisation; the partial kernel writes every slot the finalize reads.
+// Scratch: partials fp32 [T_max][S][36] (kPartialStride), T_max * S * 36 * 4 bytes; the partial
+//   kernel writes every slot the finalize reads, so they need no initialisation. Kernels 2c also
+//   take token_counters u32 [T_max]: zero before the first launch, zero after every launch.
 //
 // run_post   = post_kernel
 // run_pre    = pre_partial_kernel      -> pre_finalize_kernel        (same stream, in order)
 // run_post_pre = post_pre_partial_kernel -> post_pre_finalize_kernel (same stream, in order)
 // For a few tokens (decode) the *_partial_scalar_kernel variants (2b) replace the partial kernel;
-// they write the same partials, so the finalize is the same.
+// they write the same partials, so the finalize is the same. The *_fused_decode_kernel variants
+// (2c) run 2b and 3 in ONE launch (same bits) when the device has the CTA slots for them.
 //
 // 1. template <int HIDDEN> __global__ void post_kernel(
 //        const bf16* x,           // [T, H]
@@ -66,6 +69,21 @@
 //    block = exactly 32 threads; grid = (T, S, 6); no shared memory. Written: as in 2.
 //    Suggested for T <= 8 (the host's default crossover; SPARKINFER_MHC_SCALAR_MAX_T). Bits differ
 //    from kernel 2 (another summation order) but do not depend on T.
+//
+// 2c. template <int HIDDEN, typename NormWeight> __global__ void pre_fused_decode_kernel(
+//        const bf16* x, const float* fn_pre, const float* hc_scale, const float* hc_base,
+//        const NormWeight* norm_weight, bf16* residual_out, float* partials, u32* token_counters,
+//        bf16* y, float* post, float* comb, int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps);
+//     template <int HIDDEN, typename NormWeight> __global__ void post_pre_fused_decode_kernel(
+//        const bf16* x, const bf16* residual, const float* prev_post, const float* prev_comb,
+//        const float* fn, const float* hc_scale, const float* hc_base, const NormWeight* norm_weight,
+//        bf16* residual_out, float* partials, u32* token_counters, bf16* y, float* post, float* comb,
+//        int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps);
+//    Arguments as in 2b and 3; token_counters: u32 [T] (scratch), all zero at launch, all zero
+//    again when the launch completes (a non-zero counter traps). block = exactly 32 threads;
+//    grid = (T, S, 6) as 2b; static smem < 256 B. Written: residual_out, partials, y, post, comb.
+//    S + 1 CTAs per token wait (spin) for the token's other CTAs: launch only when
+//    (S + 1) * T <= (resident CTAs per SM x SMs) / 2, else 2b -> 3 (see the comment at 2c).
 //
 // 3. template <int HIDDEN, typename NormWeight> __global__ void pre_finalize_kernel(
 //        const bf16* x,           // [T, H]  (the streams are 4 copies of x)
