@@ -3,7 +3,9 @@
  * default; SPARKINFER_MHC_SCALAR_MAX_T=0 / =16 move the crossover to compare both variants).
  * Bytes = every input read once + every output written once. CUDA events around 100 runs after
  * warm-up, median of 7 rounds (GB/s from these; "graph": the same 100 runs replayed from a CUDA
- * graph, GPU time without the host's launch cost); random data. SK_BENCH_H=7168 SK_BENCH_T=1,4096 keep only those rows. */
+ * graph, GPU time without the host's launch cost); random data. SK_BENCH_H=7168 SK_BENCH_T=1,4096 keep only those rows.
+ * For T <= 8, "pre/2-launch" and "post_pre/2-launch" rows time the same entry points with
+ * SPARKINFER_MHC_FUSED_DECODE=0 (scalar partial + finalize) next to the fused decode launch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,14 +55,20 @@ int main(void) {
       const int64_t h = hs[hi], t = ts[ti];
       if (!bench_keep("SK_BENCH_H", h) || !bench_keep("SK_BENCH_T", t)) continue; /* quick sweeps */
       sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
-      sk_mhc_plan *p;
+      sk_mhc_plan *p, *two_launch = NULL;
       SK(sk_mhc_plan_create(&caps, &p));
+      if (t <= 8) { /* the knob is read at plan time */
+        setenv("SPARKINFER_MHC_FUSED_DECODE", "0", 1);
+        SK(sk_mhc_plan_create(&caps, &two_launch));
+        unsetenv("SPARKINFER_MHC_FUSED_DECODE");
+      }
       sk_scratch_spec spec;
       SK(sk_mhc_scratch_spec(p, &spec));
       void *scratch, *x = rand_dev(t * h * 2, 1, 1), *res = rand_dev(4 * t * h * 2, 2, 1), *w = rand_dev(h * 2, 3, 1),
            *fn = rand_dev(96 * h * 4, 4, 0), *fnp = rand_dev(24 * h * 4, 5, 0), *pp = rand_dev(t * 16, 6, 0),
            *pc = rand_dev(t * 64, 7, 0), *sc = rand_dev(16, 8, 0), *ba = rand_dev(96, 9, 0), *ro, *y, *po, *co;
       CK(cudaMalloc(&scratch, spec.bytes));
+      CK(cudaMemset(scratch, 0, spec.bytes)); /* once: the fused decode counters start at zero */
       CK(cudaMalloc(&ro, 4 * t * h * 2));
       CK(cudaMalloc(&y, t * h * 2));
       CK(cudaMalloc(&po, t * 16));
@@ -71,7 +79,9 @@ int main(void) {
                tfnp = tu_device_tensor(fnp, f32, 2, sfnp), tpp = tu_device_tensor(pp, f32, 2, sp), tpc = tu_device_tensor(pc, f32, 3, scb), tsc = tu_device_tensor(sc, f32, 1, s3),
                tba = tu_device_tensor(ba, f32, 1, s24), tro = tu_device_tensor(ro, bf, 3, sr), ty = tu_device_tensor(y, bf, 2, sx), tpo = tu_device_tensor(po, f32, 2, sp),
                tco = tu_device_tensor(co, f32, 3, scb);
-      for (int entry = 0; entry < 3; entry++) {
+      for (int row = 0; row < (two_launch ? 5 : 3); row++) {
+        const int entry = row < 3 ? row : row - 2; /* rows 3, 4: pre, post_pre on two_launch */
+        const sk_mhc_plan *plan = row < 3 ? p : two_launch;
         sk_binding b;
         double bytes;
         const char *name;
@@ -80,16 +90,16 @@ int main(void) {
           bytes = t * h * 2.0 + 2 * 4.0 * t * h * 2 + t * 80.0;
           name = "post";
         } else if (entry == 1) {
-          SK(sk_mhc_bind_pre(p, &tx, &tfnp, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
+          SK(sk_mhc_bind_pre(plan, &tx, &tfnp, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
           bytes = t * h * 2.0 + 24.0 * h * 4 + h * 2.0 + 4.0 * t * h * 2 + t * h * 2.0 + t * 80.0;
-          name = "pre";
+          name = row < 3 ? "pre" : "pre/2-launch";
         } else {
-          SK(sk_mhc_bind_post_pre(p, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
+          SK(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
                                   spec.bytes, &b));
           bytes = t * h * 2.0 + 4.0 * t * h * 2 + 96.0 * h * 4 + h * 2.0 + 4.0 * t * h * 2 + t * h * 2.0 + t * 160.0;
-          name = "post_pre";
+          name = row < 3 ? "post_pre" : "post_pre/2-launch";
         }
-        mhc_call_ctx ctx = {p, &b};
+        mhc_call_ctx ctx = {plan, &b};
         const double us = bench_stream_us(mhc_call, &ctx, s, 100, 7), graph_us = bench_graph_us(mhc_call, &ctx, s, 100, 7);
         if (us < 0 || graph_us < 0) {
           fprintf(stderr, "sk_mhc_run: %s\n", sk_last_error_message());
@@ -104,6 +114,7 @@ int main(void) {
       void *all[] = {scratch, x, res, w, fn, fnp, pp, pc, sc, ba, ro, y, po, co};
       for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cudaFree(all[i]));
       sk_mhc_plan_destroy(p);
+      sk_mhc_plan_destroy(two_launch);
     }
   bench_json_close(&json);
   return 0;

@@ -60,6 +60,7 @@ static void driver_load(void) {
       SK_ENTRY(cuEventElapsedTime, 2000, 1),
       SK_ENTRY(cuEventDestroy, 4000, 1),
       SK_ENTRY(cuStreamIsCapturing, 10000, 1),
+      SK_ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 0),
 #undef SK_ENTRY
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -148,6 +148,19 @@ sk_status sk_op_allow_dynamic_smem(sk_kernel *k, unsigned bytes) {
   return sk_kernel_set_max_dynamic_shared(k, bytes);
 }
 
+int sk_op_resident_ctas_per_sm(const sk_kernel *k, int block_threads, unsigned dynamic_smem) {
+  void *fn = NULL;
+  if (!k || sk_kernel_get_info(k, &fn, NULL, NULL) != SK_OK || !fn) return 0;
+  if (!sk_cu.cuOccupancyMaxActiveBlocksPerMultiprocessor) return 0;
+  /* A library kernel (CUkernel) becomes this context's CUfunction first. */
+  if (sk_cu.cuLibraryLoadData && sk_cu.cuLibraryGetKernel && sk_cu.cuKernelGetFunction &&
+      sk_cu.cuKernelGetFunction(&fn, fn) != 0)
+    return 0;
+  int n = 0;
+  if (sk_cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, block_threads, dynamic_smem) != 0) return 0;
+  return n;
+}
+
 sk_status sk_binding_check(const char *op, const sk_binding *b, const void *plan) {
   if (SK_UNLIKELY(!b || b->magic != SK_BINDING_MAGIC))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s run: binding is NULL or was not made by bind", op);

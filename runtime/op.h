@@ -68,6 +68,11 @@ sk_status sk_op_resolve(const char *op, const char *source, const char *name_exp
  * launching reports it). */
 sk_status sk_op_allow_dynamic_smem(sk_kernel *k, unsigned bytes);
 
+/* CTAs of `k` (blocks of `block_threads` threads, `dynamic_smem` bytes) that fit on one SM of the
+ * current device at once (cuOccupancyMaxActiveBlocksPerMultiprocessor); 0 when unknown: an
+ * offline kernel (no GPU), a driver without the call, or an error (which is not reported). */
+int sk_op_resident_ctas_per_sm(const sk_kernel *k, int block_threads, unsigned dynamic_smem);
+
 /* Start a binding for `plan`. */
 static inline void sk_binding_init(sk_binding *b, const void *plan) {
   for (int i = 0; i < 16; i++) b->ptr[i] = 0;

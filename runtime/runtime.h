@@ -83,6 +83,7 @@ typedef struct sk_driver_api {
   sk_cu_result (*cuEventElapsedTime)(float *, void *, void *);
   sk_cu_result (*cuEventDestroy)(void *);
   sk_cu_result (*cuStreamIsCapturing)(void *, int *);
+  sk_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, void *, int, size_t);
 } sk_driver_api;
 extern sk_driver_api sk_cu;
 /* Set an SK_ERR_CUDA error naming the call and the driver's error name/string. */

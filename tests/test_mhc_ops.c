@@ -45,7 +45,8 @@ Test(mhc_ops, offline_plan_binds_every_entry_point_and_rejects_bad_tensors, .ini
   cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
   sk_scratch_spec spec;
   cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
-  cr_assert_eq(spec.bytes, (size_t)(tmax * (h / 256) * 144 + 768));
+  /* The partial rows, then (from the next 1024-byte boundary) one u32 counter per token, + slack. */
+  cr_assert_eq(spec.bytes, (size_t)(((tmax * (h / 256) * 144 + 1023) & ~1023) + tmax * 4 + 768));
   int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
           s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
   DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), res = tu_fake_device_tensor(0x200000, BF, 3, sr), pp = tu_fake_device_tensor(0x300000, F32, 2, sp),
@@ -97,7 +98,8 @@ Test(mhc_ops, sk_warm_builds_mhc_entries_and_rejects_bad_caps, .init = setup, .f
   char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
   char *out = NULL;
   cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
-  cr_assert_eq(tu_json_num(out, "kernels"), 7, "any multiple of 256 (here 1280) compiles, both partial variants: %s", out);
+  cr_assert_eq(tu_json_num(out, "kernels"), 9,
+               "any multiple of 256 (here 1280) compiles, both partial variants and the fused decode kernels: %s", out);
   free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1000}}]}");
   char *argv2[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--quiet", NULL};
@@ -138,4 +140,34 @@ Test(mhc_ops, scalar_crossover_env_is_validated_at_plan_time, .init = setup, .fi
     sk_mhc_plan_destroy(p);
   }
   unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
+}
+
+/* SPARKINFER_MHC_FUSED_DECODE (one launch for T <= the crossover) is validated at plan time. An
+ * offline plan (no GPU: no CTA slots to count) binds the two-launch decode path (dim[5] = 0). */
+Test(mhc_ops, fused_decode_env_is_validated_and_offline_plans_do_not_fuse, .init = setup, .fini = teardown) {
+  const int64_t h = 256, t = 1;
+  sk_mhc_caps c = {h, 8, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
+  sk_mhc_plan *p;
+  setenv("SPARKINFER_MHC_FUSED_DECODE", "maybe", 1);
+  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_FUSED_DECODE"), "%s", sk_last_error_message());
+  static const char *const good[] = {"0", "1", ""};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    setenv("SPARKINFER_MHC_FUSED_DECODE", good[i], 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", good[i], sk_last_error_message());
+    sk_scratch_spec spec;
+    cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
+    int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfnp[2] = {24, h}, s3[1] = {3},
+            s24[1] = {24};
+    DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
+             hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24),
+             ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx),
+             po = tu_fake_device_tensor(0x900000, F32, 2, sp), co = tu_fake_device_tensor(0x910000, F32, 3, sc);
+    sk_binding b;
+    cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, (void *)0xa00000, spec.bytes, &b), SK_OK,
+                 "%s", sk_last_error_message());
+    cr_assert_eq(b.dim[5], 0, "an offline plan has no CTA slots to fuse into");
+    sk_mhc_plan_destroy(p);
+  }
+  unsetenv("SPARKINFER_MHC_FUSED_DECODE");
 }

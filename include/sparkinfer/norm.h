@@ -8,7 +8,8 @@
  *  - post:     out[j] = bf16(post[j]*x + sum_i comb[i][j]*residual[i])
  *  - post_pre: post, then pre on its bf16 output (returns residual, post, comb, y)
  * BF16 activations; any hidden size that is a multiple of 256 (upstream: 4096 and 7168 only).
- * Deterministic: no atomics; results do not depend on T or the launch tiling.
+ * Deterministic: no floating-point atomics (decode signals between CTAs with integer counters);
+ * a token's results depend only on which partial variant ran (decode or prefill, by T).
  *
  * Life cycle (sparkinfer/op.h): plan_create -> scratch_spec -> bind_* -> run -> plan_destroy.
  * Thread safety: plans are immutable; bind and run may be called concurrently.
@@ -49,7 +50,14 @@ SK_API int sk_mhc_is_supported(const char *arch);
  *  Errors: SK_ERR_INVALID_ARGUMENT, SK_ERR_UNSUPPORTED, resolution errors. */
 SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **plan);
 
-/** Scratch: fp32 partials, max_tokens * (H/256) * 144 bytes (needed by pre and post_pre). */
+/** Scratch (needed by pre and post_pre): fp32 partials, max_tokens * (H/256) * 144 bytes, then
+ *  from the next 1024-byte boundary one u32 arrival counter per token, max_tokens * 4 bytes (+
+ *  alignment slack). The caller zeroes the scratch ONCE after allocating it (cudaMemset 0): the
+ *  fused decode launch (T <= the scalar crossover) needs its counters at zero, and every run
+ *  leaves them at zero. The partial rows hold nothing between runs, but the counters must keep
+ *  their zeros: another op may share the scratch only if it leaves the counter region untouched.
+ *  A run that finds a counter not at zero fails the launch (the kernel traps) rather than
+ *  returning wrong results. */
 SK_API sk_status sk_mhc_scratch_spec(const sk_mhc_plan *plan, sk_scratch_spec *spec);
 
 /** Bind run_post. x bf16 [T,H]; residual bf16 [T,4,H]; post fp32 [T,4]; comb fp32 [T,4,4];
@@ -77,7 +85,8 @@ SK_API sk_status sk_mhc_bind_post_pre(const sk_mhc_plan *plan, const DLTensor *x
                                       const DLTensor *y, const DLTensor *post, const DLTensor *comb,
                                       void *scratch, size_t scratch_bytes, sk_binding *binding);
 
-/** Launch the bound entry point on `stream` (1 or 2 kernels). No allocation, sync or compile:
+/** Launch the bound entry point on `stream` (1 kernel for post and for decode-sized pre /
+ *  post_pre where the device has the CTA slots, else 2). No allocation, sync or compile:
  *  safe inside CUDA graph capture and after a freeze. */
 SK_API sk_status sk_mhc_run(const sk_mhc_plan *plan, const sk_binding *binding, void *stream);
 

@@ -8,17 +8,20 @@
 //   (cudaMalloc / cuMemAlloc give 256). No output may alias an input or another output.
 //   Scalars: the eps values as fp32, sinkhorn_iters as int (host rejects < 1; the kernels treat < 1
 //   as 1). Dynamic shared memory only in the tensor-core partial kernels (2; elsewhere pass 0).
-//   Deterministic: no atomics, fixed-order reductions; bits do not depend on tokens_per_cta,
-//   num_stages or hidden_per_cta, but post / comb / y do depend on which partial kernel (2 or 2b) ran.
+//   Deterministic: no floating-point atomics, fixed-order reductions; bits do not depend on
+//   tokens_per_cta, num_stages or hidden_per_cta, but post / comb / y do depend on which partial
+//   kernel (2 or 2b; 2c computes exactly 2b -> 3) ran.
 //
-// Scratch: partials fp32 [T_max][S][36] (kPartialStride), scratch_bytes = T_max * S * 36 * 4.
-//   Needs no initialisation; the partial kernel writes every slot the finalize reads.
+// Scratch: partials fp32 [T_max][S][36] (kPartialStride), T_max * S * 36 * 4 bytes; the partial
+//   kernel writes every slot the finalize reads, so they need no initialisation. Kernels 2c also
+//   take token_counters u32 [T_max]: zero before the first launch, zero after every launch.
 //
 // run_post   = post_kernel
 // run_pre    = pre_partial_kernel      -> pre_finalize_kernel        (same stream, in order)
 // run_post_pre = post_pre_partial_kernel -> post_pre_finalize_kernel (same stream, in order)
 // For a few tokens (decode) the *_partial_scalar_kernel variants (2b) replace the partial kernel;
-// they write the same partials, so the finalize is the same.
+// they write the same partials, so the finalize is the same. The *_fused_decode_kernel variants
+// (2c) run 2b and 3 in ONE launch (same bits) when the device has the CTA slots for them.
 //
 // 1. template <int HIDDEN> __global__ void post_kernel(
 //        const bf16* x,           // [T, H]
@@ -67,6 +70,21 @@
 //    Suggested for T <= 8 (the host's default crossover; SPARKINFER_MHC_SCALAR_MAX_T). Bits differ
 //    from kernel 2 (another summation order) but do not depend on T.
 //
+// 2c. template <int HIDDEN, typename NormWeight> __global__ void pre_fused_decode_kernel(
+//        const bf16* x, const float* fn_pre, const float* hc_scale, const float* hc_base,
+//        const NormWeight* norm_weight, bf16* residual_out, float* partials, u32* token_counters,
+//        bf16* y, float* post, float* comb, int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps);
+//     template <int HIDDEN, typename NormWeight> __global__ void post_pre_fused_decode_kernel(
+//        const bf16* x, const bf16* residual, const float* prev_post, const float* prev_comb,
+//        const float* fn, const float* hc_scale, const float* hc_base, const NormWeight* norm_weight,
+//        bf16* residual_out, float* partials, u32* token_counters, bf16* y, float* post, float* comb,
+//        int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps);
+//    Arguments as in 2b and 3; token_counters: u32 [T] (scratch), all zero at launch, all zero
+//    again when the launch completes (a non-zero counter traps). block = exactly 32 threads;
+//    grid = (T, S, 6) as 2b; static smem < 256 B. Written: residual_out, partials, y, post, comb.
+//    S + 1 CTAs per token wait (spin) for the token's other CTAs: launch only when
+//    (S + 1) * T <= (resident CTAs per SM x SMs) / 2, else 2b -> 3 (see the comment at 2c).
+//
 // 3. template <int HIDDEN, typename NormWeight> __global__ void pre_finalize_kernel(
 //        const bf16* x,           // [T, H]  (the streams are 4 copies of x)
 //        ... the rest as post_pre_finalize_kernel ...);
@@ -102,6 +120,7 @@
 #include "common/defs.cuh"
 #include "common/mma.cuh"
 #include "common/reduce.cuh"
+#include "common/sync.cuh"
 #include "norm/bf16x8.cuh"
 #include "norm/mhc_coeffs.cuh"
 #include "norm/mhc_layout.cuh"
@@ -662,34 +681,35 @@ SK_DEVICE i64 scalar_lane_h() {
   return static_cast<i64>(blockIdx.y) * kTileH + static_cast<int>(threadIdx.x) * kBf16PerVector;
 }
 
+// The bodies of the scalar partial kernels, shared with the fused decode kernels (2c): they
+// leave the lane's streams of the tile in `streams` (run_pre: x, the 4 streams being copies).
 template <int HIDDEN>
-__global__ void __launch_bounds__(kWarpSize)
-    pre_partial_scalar_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre,
-                              bf16* __restrict__ residual_out, float* __restrict__ partials) {
+SK_DEVICE void pre_partial_scalar_body(const bf16* __restrict__ x, const float* __restrict__ fn_pre,
+                                       bf16* __restrict__ residual_out, float* __restrict__ partials,
+                                       uint4 (&streams)[1]) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
   const i64 token = blockIdx.x, h = scalar_lane_h();
   float w[kMixesPerRole][1][8];
   load_role_fn<HIDDEN, 1>(fn_pre, h, w);
-  const uint4 v[1] = {load_readonly_16B(x + token * HIDDEN + h)};
+  streams[0] = load_readonly_16B(x + token * HIDDEN + h);
   if (blockIdx.z == 0) {
 #pragma unroll
-    for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, v[0]);
+    for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, streams[0]);
   }
-  scalar_partial_reduce<HIDDEN, 1>(w, v, partials);
+  scalar_partial_reduce<HIDDEN, 1>(w, streams, partials);
 }
 
 template <int HIDDEN>
-__global__ void __launch_bounds__(kWarpSize)
-    post_pre_partial_scalar_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
-                                   const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
-                                   const float* __restrict__ fn, bf16* __restrict__ residual_out,
-                                   float* __restrict__ partials) {
+SK_DEVICE void post_pre_partial_scalar_body(const bf16* __restrict__ x, const bf16* __restrict__ residual,
+                                            const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
+                                            const float* __restrict__ fn, bf16* __restrict__ residual_out,
+                                            float* __restrict__ partials, uint4 (&mixed)[kStreams]) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
   const i64 token = blockIdx.x, h = scalar_lane_h();
   float w[kMixesPerRole][kStreams][8];
   load_role_fn<HIDDEN, kStreams>(fn, h, w);
   const uint4 xv = load_readonly_16B(x + token * HIDDEN + h);
-  uint4 r[kStreams], mixed[kStreams];
+  uint4 r[kStreams];
 #pragma unroll
   for (int s = 0; s < kStreams; ++s) r[s] = load_readonly_16B(residual + (token * kStreams + s) * HIDDEN + h);
 #pragma unroll
@@ -704,6 +724,24 @@ __global__ void __launch_bounds__(kWarpSize)
     for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, mixed[s]);
   }
   scalar_partial_reduce<HIDDEN, kStreams>(w, mixed, partials);
+}
+
+template <int HIDDEN>
+__global__ void __launch_bounds__(kWarpSize)
+    pre_partial_scalar_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre,
+                              bf16* __restrict__ residual_out, float* __restrict__ partials) {
+  uint4 streams[1];
+  pre_partial_scalar_body<HIDDEN>(x, fn_pre, residual_out, partials, streams);
+}
+
+template <int HIDDEN>
+__global__ void __launch_bounds__(kWarpSize)
+    post_pre_partial_scalar_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
+                                   const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
+                                   const float* __restrict__ fn, bf16* __restrict__ residual_out,
+                                   float* __restrict__ partials) {
+  uint4 mixed[kStreams];
+  post_pre_partial_scalar_body<HIDDEN>(x, residual, prev_post, prev_comb, fn, residual_out, partials, mixed);
 }
 
 // ---- 3. finalize ----------------------------------------------------------------------------------------
@@ -739,6 +777,40 @@ SK_DEVICE void load_stream_vectors(const bf16* __restrict__ src, i64 token, i64 
   }
 }
 
+// Slot `slot` of a token's S partial rows summed over the tiles, tile 0 first: the one order
+// every consumer (finalize, fused decode) uses, so they all get the same bits. COHERENT: the rows
+// were written by other CTAs of the running kernel, so read them from L2 (ld.global.cg), never
+// through the non-coherent L1 / read-only paths.
+template <int HIDDEN, bool COHERENT>
+SK_DEVICE float sum_token_partials(const float* __restrict__ token_rows, int slot) {
+  const float* column = token_rows + slot;
+  float sum = COHERENT ? __ldcg(column) : column[0];
+#pragma unroll
+  for (int t = 1; t < num_tiles(HIDDEN); ++t)
+    sum += COHERENT ? __ldcg(column + t * kPartialStride) : column[t * kPartialStride];
+  return sum;
+}
+
+// y of one lane's 8 elements (steps 5-6): the collapse fma chain, then (fused norm) the bf16
+// rounding of y_pre, the norm scale and the weight; one final rounding.
+template <typename NormWeight>
+SK_DEVICE uint4 collapse_vector(const float (&pre)[kStreams], float norm_scale, const float (&r)[kStreams][8],
+                                const NormWeight* __restrict__ norm_weight, i64 h) {
+  float wv[8], out[8];
+  load_norm_weight(norm_weight, h, wv);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float y_raw = fmaf(pre[3], r[3][e], fmaf(pre[2], r[2][e], fmaf(pre[1], r[1][e], pre[0] * r[0][e])));
+    if (NormWeightTraits<NormWeight>::kFused) {
+      const float y_pre = __bfloat162float(__float2bfloat16_rn(y_raw));
+      out[e] = (y_pre * norm_scale) * wv[e];
+    } else {
+      out[e] = y_raw;
+    }
+  }
+  return pack_bf16x8_rn(out);
+}
+
 template <int HIDDEN, bool BROADCAST, typename NormWeight>
 SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __restrict__ partials,
                              const float* __restrict__ hc_scale, const float* __restrict__ hc_base,
@@ -757,14 +829,7 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
   if (token >= num_tokens) return;
   const int tid = static_cast<int>(threadIdx.x);
 
-  // Sum the token's tile rows, tile 0 first: the same order in every CTA of the token.
-  if (tid < kReduced) {
-    const float* column = partials + token * kTiles * kPartialStride + tid;
-    float sum = column[0];
-#pragma unroll
-    for (int t = 1; t < kTiles; ++t) sum += column[t * kPartialStride];
-    reduced[tid] = sum;
-  }
+  if (tid < kReduced) reduced[tid] = sum_token_partials<HIDDEN, false>(partials + token * kTiles * kPartialStride, tid);
   __syncthreads();
   const bool writes_outputs = blockIdx.y == 0;  // one CTA per token writes post and comb
   if (tid == 0) {
@@ -804,20 +869,9 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
   const int tiles_here = hidden_per_cta / kTileH;
   for (int t = warp; t < tiles_here; t += y_warps) {
     const i64 h = static_cast<i64>(blockIdx.y) * hidden_per_cta + static_cast<i64>(t) * kTileH + lane * kBf16PerVector;
-    float r[kStreams][8], wv[8], out[8];
+    float r[kStreams][8];
     load_stream_vectors<HIDDEN, BROADCAST>(streams, token, h, r);
-    load_norm_weight(norm_weight, h, wv);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float y_raw = fmaf(pre[3], r[3][e], fmaf(pre[2], r[2][e], fmaf(pre[1], r[1][e], pre[0] * r[0][e])));
-      if (kFuseNorm) {
-        const float y_pre = __bfloat162float(__float2bfloat16_rn(y_raw));
-        out[e] = (y_pre * norm_scale) * wv[e];
-      } else {
-        out[e] = y_raw;
-      }
-    }
-    store_16B(y + token * HIDDEN + h, pack_bf16x8_rn(out));
+    store_16B(y + token * HIDDEN + h, collapse_vector(pre, norm_scale, r, norm_weight, h));
   }
 }
 
@@ -841,6 +895,134 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                              int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps) {
   finalize_body<HIDDEN, false>(residual_out, partials, hc_scale, hc_base, norm_weight, y, post, comb, num_tokens,
                                hidden_per_cta, sinkhorn_iters, rms_eps, hc_eps, norm_eps);
+}
+
+// ---- 2c. fused decode: scalar partials + finalize in one launch --------------------------------------
+//
+// The grid and the partial work of 2b (CTA = one warp per (token, tile, role)), then the finalize
+// of 3 inside the same launch, handed over through one arrival counter per token in scratch:
+//   every CTA  writes its partial values (lane 0, as 2b), then adds 1 to its token's counter with
+//              release semantics; all but the token's S + 1 waiters exit.
+//   waiters    wait (acquire) until the counter holds all 6*S arrivals of the token, then sum the
+//              token's partial rows in the finalize's order (tile 0 first) and
+//              - role 5 of tile k: the gates and norm scale, then y of tile k from the streams it
+//                still holds in registers (the bits of residual_out); tile 0's also writes post;
+//              - role 4 of tile 0: Sinkhorn, writes comb (while the role-5 waiters write y).
+// Same operations in the same order as 2b -> 3 (shared code), hence the same bits.
+//
+// Counter protocol (per token; the caller zeroes the counters once, every launch leaves them 0):
+// arrivals take it 0 -> 6S; each waiter, once released, departs (+1), and the waiter whose
+// departure makes 6S + S + 1 stores 0: by then every arrival and departure of this launch is done,
+// and the next launch on the scratch starts after this one (stream order). An arrival that finds
+// the counter already at 6S or more means the counters were not zero: the kernel traps instead of
+// returning wrong results (as it does if a waiter spins for 10 s).
+//
+// Progress: only waiters wait, and only for arrivals, which every CTA makes before waiting (if it
+// waits at all). As long as the waiters of the whole grid, (S + 1) * T, occupy fewer than all the
+// CTA slots of the device, a free or soon-freed slot (a non-waiter never blocks) always remains for
+// the CTAs not yet started, so every arrival happens. The host launches this kernel only when
+// (S + 1) * T <= (resident CTAs per SM x SMs) / 2 (runtime/ops/norm/mhc.c; half, for other work
+// sharing the GPU), and falls back to 2b -> 3 otherwise.
+
+constexpr int kFusedYRole = kRoles - 1;      // a waiter per tile: gates, y (tile 0: post)
+constexpr int kFusedCombRole = kRoles - 2;   // tile 0 only: Sinkhorn, comb
+constexpr u64 kFusedWaitTimeoutNs = 10000000000ull;  // 10 s: only a broken contract waits that long
+
+template <int HIDDEN, int STAGED, typename NormWeight>
+SK_DEVICE void fused_decode_finalize(const uint4 (&streams)[STAGED], const float* __restrict__ partials,
+                                     u32* __restrict__ token_counters, const float* __restrict__ hc_scale,
+                                     const float* __restrict__ hc_base, const NormWeight* __restrict__ norm_weight,
+                                     bf16* __restrict__ y, float* __restrict__ post, float* __restrict__ comb,
+                                     int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps) {
+  constexpr int kTiles = num_tiles(HIDDEN);
+  constexpr u32 kArrivals = kRoles * kTiles, kWaiters = kTiles + 1;
+  constexpr int kReduced = kMixes + kGramPairs;
+  static_assert(kReduced <= 2 * kWarpSize, "two partial slots per lane at most");
+  __shared__ float reduced[kReduced];
+  __shared__ float shared_pre[kStreams];
+  __shared__ float shared_norm_scale;
+
+  const i64 token = blockIdx.x;
+  const int lane = static_cast<int>(threadIdx.x);
+  u32* counter = token_counters + token;
+  // Lane 0 wrote this CTA's partial values (scalar_partial_reduce): its release publishes them.
+  if (lane == 0 && atomic_add_release_gpu(counter, 1) >= kArrivals) __trap();  // counters not zeroed
+  const bool y_waiter = blockIdx.z == kFusedYRole, comb_waiter = blockIdx.z == kFusedCombRole && blockIdx.y == 0;
+  if (!y_waiter && !comb_waiter) return;
+
+  wait_until_at_least(counter, kArrivals, kFusedWaitTimeoutNs);
+  u32 departed_before = 0;
+  if (lane == 0) departed_before = atomicAdd(counter, 1u);  // result needed only at the end
+
+  const float* rows = partials + token * kTiles * kPartialStride;
+  const int second = lane + kWarpSize < kReduced ? lane + kWarpSize : kReduced - 1;  // both chains in flight
+  const float first_sum = sum_token_partials<HIDDEN, true>(rows, lane);
+  const float second_sum = sum_token_partials<HIDDEN, true>(rows, second);
+  reduced[lane] = first_sum;
+  if (lane + kWarpSize < kReduced) reduced[second] = second_sum;
+  __syncwarp();
+
+  if (comb_waiter) {
+    if (lane == 0) {
+      float c[kStreams][kStreams];
+      compute_token_comb<HIDDEN>(reduced, hc_scale, hc_base, sinkhorn_iters, rms_eps, hc_eps, c);
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i)
+        *reinterpret_cast<float4*>(comb + kStreams * (kStreams * token + i)) =
+            make_float4(c[i][0], c[i][1], c[i][2], c[i][3]);
+    }
+  } else {
+    if (lane == 0) {
+      const TokenGates g = compute_token_gates<HIDDEN, NormWeightTraits<NormWeight>::kFused>(
+          reduced, hc_scale, hc_base, rms_eps, hc_eps, norm_eps);
+#pragma unroll
+      for (int s = 0; s < kStreams; ++s) shared_pre[s] = g.pre[s];
+      shared_norm_scale = g.norm_scale;
+      if (blockIdx.y == 0)
+        *reinterpret_cast<float4*>(post + kStreams * token) = make_float4(g.post[0], g.post[1], g.post[2], g.post[3]);
+    }
+    __syncwarp();
+    float pre[kStreams], r[kStreams][8];
+#pragma unroll
+    for (int s = 0; s < kStreams; ++s) {
+      pre[s] = shared_pre[s];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) r[s][e] = bf16_element(streams[STAGED == 1 ? 0 : s], e);
+    }
+    const i64 h = scalar_lane_h();
+    store_16B(y + token * HIDDEN + h, collapse_vector(pre, shared_norm_scale, r, norm_weight, h));
+  }
+  if (lane == 0 && departed_before == kArrivals + kWaiters - 1) atomicExch(counter, 0u);  // the last waiter
+}
+
+template <int HIDDEN, typename NormWeight>
+__global__ void __launch_bounds__(kWarpSize)
+    pre_fused_decode_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre,
+                            const float* __restrict__ hc_scale, const float* __restrict__ hc_base,
+                            const NormWeight* __restrict__ norm_weight, bf16* __restrict__ residual_out,
+                            float* __restrict__ partials, u32* __restrict__ token_counters, bf16* __restrict__ y,
+                            float* __restrict__ post, float* __restrict__ comb, int sinkhorn_iters, float rms_eps,
+                            float hc_eps, float norm_eps) {
+  uint4 streams[1];
+  pre_partial_scalar_body<HIDDEN>(x, fn_pre, residual_out, partials, streams);
+  fused_decode_finalize<HIDDEN, 1>(streams, partials, token_counters, hc_scale, hc_base, norm_weight, y, post, comb,
+                                   sinkhorn_iters, rms_eps, hc_eps, norm_eps);
+}
+
+template <int HIDDEN, typename NormWeight>
+__global__ void __launch_bounds__(kWarpSize)
+    post_pre_fused_decode_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
+                                 const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
+                                 const float* __restrict__ fn, const float* __restrict__ hc_scale,
+                                 const float* __restrict__ hc_base, const NormWeight* __restrict__ norm_weight,
+                                 bf16* __restrict__ residual_out, float* __restrict__ partials,
+                                 u32* __restrict__ token_counters, bf16* __restrict__ y, float* __restrict__ post,
+                                 float* __restrict__ comb, int sinkhorn_iters, float rms_eps, float hc_eps,
+                                 float norm_eps) {
+  uint4 mixed[kStreams];
+  post_pre_partial_scalar_body<HIDDEN>(x, residual, prev_post, prev_comb, fn, residual_out, partials, mixed);
+  fused_decode_finalize<HIDDEN, kStreams>(mixed, partials, token_counters, hc_scale, hc_base, norm_weight, y, post,
+                                          comb, sinkhorn_iters, rms_eps, hc_eps, norm_eps);
 }
 
 }  // namespace mhc

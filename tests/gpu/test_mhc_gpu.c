@@ -2,7 +2,8 @@
  * with the tolerances of docs/ops/norm.mhc.md; poisoned outputs; both partial variants (scalar
  * for T <= 8 by default, tensor cores above; each also forced onto the other side through
  * SPARKINFER_MHC_SCALAR_MAX_T); both schedules of the tensor-core partials (SPARKINFER_MHC_STAGES
- * 2 vs 3-4); graph replay after a freeze is bit-identical to eager on both. */
+ * 2 vs 3-4); the fused decode launch bit-identical to scalar partial + finalize, leaving its
+ * counters at zero; graph replay after a freeze is bit-identical to eager on every path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,12 @@ static void *poisoned(size_t n) {
   void *d;
   CUDA_OK(cudaMalloc(&d, n));
   CUDA_OK(cudaMemset(d, 0xff, n)); /* NaN in bf16 and fp32: an unwritten element never passes */
+  return d;
+}
+static void *zeroed(size_t n) {
+  void *d;
+  CUDA_OK(cudaMalloc(&d, n));
+  CUDA_OK(cudaMemset(d, 0, n));
   return d;
 }
 static void *download(const void *d, size_t n) {
@@ -78,8 +85,7 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
   SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
-  void *scratch;
-  CUDA_OK(cudaMalloc(&scratch, spec.bytes));
+  void *scratch = zeroed(spec.bytes); /* once: the fused decode counters start at zero */
   void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dpp = upload(pp, (size_t)t * 16),
        *dpc = upload(pc, (size_t)t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dfnp = upload(fnp, (size_t)24 * h * 4),
        *dscale = upload(scale, 12), *dbase = upload(base, 96),
@@ -239,6 +245,128 @@ Test(gpu_mhc, partial_schedules_match_reference, .init = setup, .fini = teardown
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 
+/* Fused decode (one launch) against scalar partial + finalize (two launches, SPARKINFER_MHC_FUSED_DECODE=0):
+ * every output bit-identical, for both entry points, on repeated launches (the counters go back to
+ * zero after each), and the counters are zero afterwards. */
+static int fused_configs;
+static void fused_matches_two_launches(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64_t seed) {
+  const size_t th = (size_t)t * h, t4h = 4 * th, out_bytes = t4h * 2 + th * 2 + (size_t)t * 80;
+  uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *wb = malloc((size_t)h * 2);
+  float *pp = malloc((size_t)t * 16), *pc = malloc((size_t)t * 64), *fn = malloc((size_t)96 * h * 4),
+        *fnp = malloc((size_t)24 * h * 4), *wf = malloc((size_t)h * 4), sc[3], ba[24];
+  fill_bf16(r, x, th, 1.0);
+  fill_bf16(r, res, t4h, 1.0);
+  fill_bf16(r, wb, (size_t)h, 1.0);
+  fill_f32(r, wf, (size_t)h, 0.5, 1.5);
+  fill_f32(r, pp, (size_t)t * 4, 0.1, 1.9);
+  fill_f32(r, pc, (size_t)t * 16, 0.0, 0.5);
+  fill_f32(r, fn, (size_t)96 * h, -1.0 / sqrt(4.0 * h), 1.0 / sqrt(4.0 * h));
+  fill_f32(r, sc, 3, 0.5, 1.5);
+  fill_f32(r, ba, 24, -0.5, 0.5);
+  skref_mhc_sum_fn_streams(h, fn, fnp);
+  void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dpp = upload(pp, (size_t)t * 16),
+       *dpc = upload(pc, (size_t)t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dfnp = upload(fnp, (size_t)24 * h * 4),
+       *dsc = upload(sc, 12), *dba = upload(ba, 96),
+       *dw = nw == SK_MHC_NORM_NONE ? NULL : nw == SK_MHC_NORM_BF16 ? upload(wb, (size_t)h * 2) : upload(wf, (size_t)h * 4),
+       *dout = poisoned(out_bytes);
+  int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h},
+          s_fnp[2] = {24, h}, s_3[1] = {3}, s_24[1] = {24}, s_w[1] = {h};
+  char *o = dout;
+  DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
+           tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tfnp = tu_device_tensor(dfnp, F32, 2, s_fnp),
+           tsc = tu_device_tensor(dsc, F32, 1, s_3), tba = tu_device_tensor(dba, F32, 1, s_24),
+           tw = tu_device_tensor(dw, nw == SK_MHC_NORM_BF16 ? BF : F32, 1, s_w), tro = tu_device_tensor(o, BF, 3, s_r), ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x),
+           tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p), tco = tu_device_tensor(o + t4h * 2 + th * 2 + (size_t)t * 16, F32, 3, s_c);
+  const DLTensor *pw = nw == SK_MHC_NORM_NONE ? NULL : &tw;
+  /* Plan 0 fuses (the default), plan 1 keeps two launches; the knob is read at plan time. */
+  sk_mhc_caps caps = {h, t, nw, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
+  sk_mhc_plan *plans[2];
+  SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plans[0]));
+  setenv("SPARKINFER_MHC_FUSED_DECODE", "0", 1);
+  SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plans[1]));
+  unsetenv("SPARKINFER_MHC_FUSED_DECODE");
+  sk_scratch_spec spec;
+  SK_OK_OR_FAIL(sk_mhc_scratch_spec(plans[0], &spec));
+  void *scratch = zeroed(spec.bytes);
+  int fused = 1;
+  for (int entry = 0; entry < 2 && fused; entry++) {
+    uint8_t *outs[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && fused; k++) {
+      sk_binding b;
+      if (entry == 0)
+        SK_OK_OR_FAIL(sk_mhc_bind_pre(plans[k], &tx, &tfnp, &tsc, &tba, pw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
+      else
+        SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plans[k], &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, pw, &tro, &ty, &tpo, &tco,
+                                           scratch, spec.bytes, &b));
+      /* Op-private dim[5]: bind chose the fused launch. Plan 0 fuses unless this GPU has too few
+       * CTA slots for T tokens (then there is nothing to compare). */
+      if (k == 0 && !b.dim[5]) {
+        fprintf(stderr, "note: H=%d T=%d entry %d does not fuse on this GPU (CTA slots)\n", h, t, entry);
+        fused = 0;
+        break;
+      }
+      cr_assert_eq(b.dim[5], k == 0, "H=%d T=%d: SPARKINFER_MHC_FUSED_DECODE=0 still fuses", h, t);
+      for (int rep = 0; rep < 3; rep++) {
+        CUDA_OK(cudaMemset(dout, 0xff, out_bytes));
+        SK_OK_OR_FAIL(sk_mhc_run(plans[k], &b, NULL));
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        uint8_t *got = download(dout, out_bytes);
+        if (rep == 0) outs[k] = got;
+        else {
+          if (memcmp(got, outs[k], out_bytes))
+            MHC_FAIL("seed %llu H=%d T=%d nw=%d entry %d plan %d: launch %d differs from launch 0", (unsigned long long)seed,
+                     h, t, nw, entry, k, rep);
+          free(got);
+        }
+      }
+    }
+    if (!fused) break;
+    fused_configs++;
+    /* Outputs in order: residual_out, y, post, comb; name the first that differs. */
+    const size_t ends[4] = {t4h * 2, t4h * 2 + th * 2, t4h * 2 + th * 2 + (size_t)t * 16, out_bytes};
+    static const char *const names[4] = {"residual_out", "y", "post", "comb"};
+    for (size_t i = 0; i < out_bytes; i++)
+      if (outs[0][i] != outs[1][i]) {
+        int which = 0;
+        while (i >= ends[which]) which++;
+        MHC_FAIL("seed %llu %s H=%d T=%d nw=%d: fused %s differs from two launches at byte %zu", (unsigned long long)seed,
+                 entry == 0 ? "pre" : "post_pre", h, t, nw, names[which], i);
+        break;
+      }
+    free(outs[0]);
+    free(outs[1]);
+  }
+  /* The counters (a u32 per token from the first 1024-byte boundary after the partial rows) are zero again. */
+  uint8_t *scr = download(scratch, spec.bytes);
+  const size_t base = (size_t)(-(uintptr_t)scratch & 1023),
+               counters = base + (((size_t)t * (h / 256) * 144 + 1023) & ~(size_t)1023);
+  for (int i = 0; i < t; i++) {
+    uint32_t c;
+    memcpy(&c, scr + counters + 4 * (size_t)i, 4);
+    if (c) MHC_FAIL("seed %llu H=%d T=%d: counter of token %d is %u after the runs", (unsigned long long)seed, h, t, i, c);
+  }
+  free(scr);
+  sk_mhc_plan_destroy(plans[0]);
+  sk_mhc_plan_destroy(plans[1]);
+  void *bufs[] = {scratch, dx, dres, dpp, dpc, dfn, dfnp, dsc, dba, dw, dout};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) CUDA_OK(cudaFree(bufs[i]));
+  free(x); free(res); free(wb); free(wf); free(pp); free(pc); free(fn); free(fnp);
+}
+
+Test(gpu_mhc, fused_decode_is_bit_identical_to_two_launches, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mhc fused");
+  skref_rng r;
+  skref_rng_seed(&r, seed);
+  const int hs[] = {256, 2048, 4096, 7168}, ts[] = {1, 2, 5, 8};
+  int n = 0;
+  for (size_t a = 0; a < 4; a++)
+    for (size_t b = 0; b < 4; b++, n++) fused_matches_two_launches(hs[a], ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
+  cr_assert_gt(fused_configs, 0, "no configuration took the fused launch");
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
 Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = teardown) {
   uint64_t seed = skref_test_seed("gpu mhc graph");
   skref_rng r;
@@ -254,11 +382,11 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   cr_assert_eq(sk_mhc_plan_create(&cold, &cp), SK_ERR_KERNEL_RESOLUTION_FROZEN);
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
-  void *scratch;
-  CUDA_OK(cudaMalloc(&scratch, spec.bytes));
+  void *scratch = zeroed(spec.bytes);
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  /* One plan, both partial variants (resolved before the freeze): T 5 scalar, T 40 tensor cores. */
+  /* One plan, both partial variants (resolved before the freeze): T 5 scalar (one fused launch on
+   * a GPU with the CTA slots, as the H200 has), T 40 tensor cores. */
   const int ts[] = {5, 40};
   for (size_t k = 0; k < 2; k++) {
     const int t = ts[k];

@@ -34,6 +34,11 @@
  * (post_pre 7.1 vs 12.3 us), tie at T = 16 and lose at T = 128. */
 #define DEFAULT_SCALAR_MAX_T 8
 #define MAX_SCALAR_MAX_T 2147483647ull
+/* Fused decode kernels (sk::mhc::*_fused_decode_kernel): the scalar partial grid plus the
+ * finalize in one launch; S + 1 CTAs per token (kFusedYRole of every tile, kFusedCombRole of
+ * tile 0) wait for the token's other CTAs, so the host launches them only while the waiters of
+ * the grid use at most 1 / FUSED_SLOT_SHARE of the device's CTA slots (kernel comment 2c). */
+#define FUSED_SLOT_SHARE 2
 
 enum {
   K_POST,
@@ -43,6 +48,8 @@ enum {
   K_POST_PRE_FINALIZE,
   K_PRE_PARTIAL_SCALAR,
   K_POST_PRE_PARTIAL_SCALAR,
+  K_PRE_FUSED_DECODE,
+  K_POST_PRE_FUSED_DECODE,
   K_COUNT
 };
 enum { ENTRY_POST = 1, ENTRY_PRE = 2, ENTRY_POST_PRE = 3 };
@@ -56,6 +63,10 @@ struct sk_mhc_plan {
   int stages;          /* cp.async stage buffers of the partial kernels */
   int tokens_per_cta;  /* 0: the cost model in geometry(); else SPARKINFER_MHC_TOKENS_PER_CTA */
   int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
+  int fused_decode;     /* SPARKINFER_MHC_FUSED_DECODE: 0 keeps the two launches */
+  /* T <= this (and <= scalar_max_t): one fused launch, per entry [0] pre, [1] post_pre; from the
+   * device's CTA slots at plan time (0: no GPU, knob off, or too few slots). */
+  int64_t fused_max_t[2];
 };
 
 /* Dynamic shared memory of a partial kernel (sk::mhc::partial_smem_bytes): 2 stages run the
@@ -92,6 +103,17 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
                         (unsigned long long)v, MAX_SCALAR_MAX_T);
   *scalar_max_t = (int64_t)v;
   return SK_OK;
+}
+
+/* Largest T whose fused launch keeps its waiters ((S + 1) per token) within 1 / FUSED_SLOT_SHARE
+ * of the device's CTA slots for that kernel: a launch that could not have all its waiters resident
+ * might wait forever (kernel comment 2c). Capped by the scalar crossover. */
+static int64_t fused_max_tokens(const sk_mhc_plan *p, int k) {
+  if (!p->fused_decode || !p->k[k] || p->sm_count <= 0) return 0;
+  const int64_t per_sm = sk_op_resident_ctas_per_sm(p->k[k], SCALAR_THREADS, 0),
+                waiters_per_token = p->caps.hidden / TILE_H + 1,
+                max_t = per_sm * p->sm_count / FUSED_SLOT_SHARE / waiters_per_token;
+  return max_t < p->scalar_max_t ? max_t : p->scalar_max_t;
 }
 
 SK_API int sk_mhc_is_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 80; }
@@ -133,6 +155,8 @@ static void kernel_names(const sk_mhc_caps *c, char names[K_COUNT][128], char pa
   snprintf(names[K_POST_PRE_FINALIZE], 128, "sk::mhc::post_pre_finalize_kernel<%lld, %s>", h, w);
   snprintf(names[K_PRE_PARTIAL_SCALAR], 128, "sk::mhc::pre_partial_scalar_kernel<%lld>", h);
   snprintf(names[K_POST_PRE_PARTIAL_SCALAR], 128, "sk::mhc::post_pre_partial_scalar_kernel<%lld>", h);
+  snprintf(names[K_PRE_FUSED_DECODE], 128, "sk::mhc::pre_fused_decode_kernel<%lld, %s>", h, w);
+  snprintf(names[K_POST_PRE_FUSED_DECODE], 128, "sk::mhc::post_pre_fused_decode_kernel<%lld, %s>", h, w);
   static const char *const nw[] = {"none", "bf16", "fp32"};
   snprintf(params, 96, "hidden=%lld norm_weight=%s", h, nw[c->norm_weight]);
 }
@@ -150,6 +174,7 @@ static cJSON *caps_json(const sk_mhc_caps *c) {
 /* Kernels a plan can launch: a partial variant whose T range [1, max_tokens] misses is skipped
  * (e.g. the tensor-core partials of a decode-only plan), saving its compilation. */
 static bool plan_uses(const sk_mhc_plan *p, int k) {
+  if (k == K_PRE_FUSED_DECODE || k == K_POST_PRE_FUSED_DECODE) return p->scalar_max_t > 0 && p->fused_decode;
   if (k == K_PRE_PARTIAL_SCALAR || k == K_POST_PRE_PARTIAL_SCALAR) return p->scalar_max_t > 0;
   if (k == K_PRE_PARTIAL || k == K_POST_PRE_PARTIAL) return p->caps.max_tokens > p->scalar_max_t;
   return true;
@@ -170,12 +195,19 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   char names[K_COUNT][128], params[96];
   kernel_names(&p->caps, names, params);
   if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t);
+  if (s == SK_OK) s = sk_env_flag("SPARKINFER_MHC_FUSED_DECODE", 1, &p->fused_decode);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
+  if (s == SK_OK) {
+    p->fused_max_t[0] = fused_max_tokens(p, K_PRE_FUSED_DECODE);
+    p->fused_max_t[1] = fused_max_tokens(p, K_POST_PRE_FUSED_DECODE);
+  }
+  /* Regions: 0 the partial rows, 1 the fused decode kernels' per-token arrival counters (u32). */
   if (s == SK_OK &&
-      sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * (size_t)(caps->hidden / TILE_H) * PARTIAL_FLOATS * 4) < 0)
+      (sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * (size_t)(caps->hidden / TILE_H) * PARTIAL_FLOATS * 4) < 0 ||
+       sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * 4) < 0))
     s = SK_ERR_INTERNAL;
   if (s != SK_OK) {
     free(p);
@@ -199,9 +231,11 @@ SK_API void sk_mhc_plan_destroy(sk_mhc_plan *p) { free(p); }
 /* ---- bind -------------------------------------------------------------------------------- */
 
 /* Binding layout. ptr: 0 x, 1 residual, 2 post(in), 3 comb(in), 4 fn, 5 residual_out/out,
- * 6 partials, 7 hc_scale, 8 hc_base, 9 norm_weight, 10 y, 11 post(out), 12 comb(out).
+ * 6 partials, 7 hc_scale, 8 hc_base, 9 norm_weight, 10 y, 11 post(out), 12 comb(out),
+ * 13 token counters (fused decode).
  * dim: 0 entry, 1 T, 2 partial stage buffers, 3 tokens per partial CTA (both for the tensor-core
- * partials; run takes the scalar ones when T <= the plan's crossover), 4 hidden per finalize CTA. */
+ * partials; run takes the scalar ones when T <= the plan's crossover), 4 hidden per finalize CTA,
+ * 5 one fused decode launch (1) or partial + finalize (0); the GPU test reads it. */
 #define BF16_T SK_DL_BF16
 #define F32_T SK_DL_FP32
 
@@ -246,6 +280,7 @@ static void geometry(const sk_mhc_plan *p, int64_t t, int entry, sk_binding *b) 
     hpc = h % 1024 == 0 ? 1024 : h % 512 == 0 ? 512 : 256;
   }
   b->dim[4] = hpc;
+  b->dim[5] = t <= p->fused_max_t[entry == ENTRY_PRE ? 0 : 1];
 }
 
 static sk_status bind_pre_outputs(const sk_mhc_plan *p, int64_t t, const DLTensor *hc_scale, const DLTensor *hc_base,
@@ -269,6 +304,7 @@ static sk_status bind_pre_outputs(const sk_mhc_plan *p, int64_t t, const DLTenso
   void *views[8] = {0};
   SK_TRY(sk_scratch_bind(OP " bind", &p->scratch, scratch, scratch_bytes, views));
   b->ptr[6] = views[0];
+  b->ptr[13] = views[1];
   return SK_OK;
 }
 
@@ -352,6 +388,18 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
   int tpc = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters, stages = (int)b->dim[2];
   float rms_eps = p->caps.rms_eps, hc_eps = p->caps.hc_eps, norm_eps = p->caps.norm_eps;
   const int pre = b->dim[0] == ENTRY_PRE;
+  if (b->dim[5]) { /* decode, one launch: scalar partials + finalize (2c) */
+    const sk_dim3 grid = {(unsigned)t, s, SCALAR_ROLES}, block = {SCALAR_THREADS, 1, 1};
+    void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9],
+                        (void *)&ptr[5], (void *)&ptr[6], (void *)&ptr[13], (void *)&ptr[10], (void *)&ptr[11],
+                        (void *)&ptr[12], &iters, &rms_eps, &hc_eps, &norm_eps};
+    void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3], (void *)&ptr[4],
+                             (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9], (void *)&ptr[5], (void *)&ptr[6],
+                             (void *)&ptr[13], (void *)&ptr[10], (void *)&ptr[11], (void *)&ptr[12], &iters,
+                             &rms_eps, &hc_eps, &norm_eps};
+    return sk_kernel_launch(p->k[pre ? K_PRE_FUSED_DECODE : K_POST_PRE_FUSED_DECODE], grid, block, 0, stream,
+                            pre ? pre_args : post_pre_args);
+  }
   if (t <= p->scalar_max_t) { /* decode: scalar partials, one warp per (token, tile, role) */
     const sk_dim3 grid = {(unsigned)t, s, SCALAR_ROLES}, block = {SCALAR_THREADS, 1, 1};
     void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6]};

@@ -1,0 +1,41 @@
+// Inter-CTA signalling through global memory at GPU scope (PTX memory model, sm_70+): a release
+// add publishes the calling thread's earlier writes to whoever acquires the counter value it
+// produced. Used by kernels whose CTAs hand partial results to each other within one launch.
+#pragma once
+#include "common/defs.cuh"
+
+namespace sk {
+
+// Atomic add with release semantics at GPU scope; returns the previous value.
+SK_DEVICE u32 atomic_add_release_gpu(u32* counter, u32 value) {
+  u32 previous;
+  asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(previous) : "l"(counter), "r"(value) : "memory");
+  return previous;
+}
+
+// Load with acquire semantics at GPU scope: later loads of this thread see every write that a
+// release (by any CTA) published before producing the value read.
+SK_DEVICE u32 load_acquire_gpu(const u32* counter) {
+  u32 value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(counter) : "memory");
+  return value;
+}
+
+// Nanoseconds of the GPU's global timer (for timeouts, not for measurements).
+SK_DEVICE u64 global_timer_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spin until *counter >= target (acquire), every calling thread loading for itself. Traps after
+// `timeout_ns` so that a broken contract (a counter that can never reach target) fails the
+// launch instead of hanging the GPU.
+SK_DEVICE void wait_until_at_least(const u32* counter, u32 target, u64 timeout_ns) {
+  if (load_acquire_gpu(counter) >= target) return;
+  const u64 start = global_timer_ns();
+  while (load_acquire_gpu(counter) < target)
+    if (global_timer_ns() - start > timeout_ns) __trap();
+}
+
+}  // namespace sk
