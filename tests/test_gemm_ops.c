@@ -10,6 +10,8 @@
 #include "sparkinfer/quantization.h"
 #include "testutil.h"
 
+#include "../kernel_src/gemm/decode_schedule.cuh" /* plain C11: the decode kernel's work split */
+
 Test(gemm_ops, pack_weight_matches_reference_for_every_recipe) {
   uint64_t seed = skref_test_seed("gemm pack_weight"), rng = seed;
   const size_t n = 300, ks[] = {64, 96, 640};
@@ -163,6 +165,108 @@ Test(gemm_ops, decode_override_is_validated) {
   /* ROW_TILES must be 1, 2 or 4: 3 is refused with the variable named, nothing launched. */
   setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
   setenv("SPARKINFER_GEMM_DECODE", "3,4,2", 1);
+  const int64_t m = 1, n = 256, k = 512;
+  int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
+  DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s), c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);
+  cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a, NULL, &b, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_DECODE"), "%s", sk_last_error_message());
+}
+
+/* The stream-K split of gemm/decode_schedule.cuh, walked as the kernel walks it: every unit is
+ * taken exactly once; only a CTA's first and last tile can be partial; a split tile's CTAs are
+ * cta_of_unit(first unit) .. cta_of_unit(last unit), and the slot each of them writes is the one
+ * the fixup reads (distinct slots); "no split" is never claimed wrongly. */
+Test(gemm_ops, decode_schedule_takes_every_unit_once) {
+  const int tiles_set[] = {1, 7, 16, 160, 256, 896}, steps_set[] = {1, 2, 9, 23, 64}, ctas_set[] = {1, 3, 5, 7, 16, 132, 396, 528, 600};
+  for (size_t a = 0; a < sizeof tiles_set / sizeof *tiles_set; a++)
+    for (size_t b = 0; b < sizeof steps_set / sizeof *steps_set; b++)
+      for (size_t cc = 0; cc < sizeof ctas_set / sizeof *ctas_set; cc++) {
+        const int tiles = tiles_set[a], steps = steps_set[b], ctas = ctas_set[cc], units = tiles * steps;
+        if (ctas > units) continue; /* the contract: every CTA has work (the host never launches more) */
+        int *owner = malloc(sizeof(int) * (size_t)units), *slot_of = malloc(sizeof(int) * (size_t)units);
+        int *slot_used = calloc(2 * (size_t)ctas, sizeof(int));
+        int split_tiles = 0;
+        for (int i = 0; i < units; i++) owner[i] = -1;
+        for (int c = 0; c < ctas; c++) {
+          const int u_begin = sk_decode_cta_begin(c, units, ctas), u_end = sk_decode_cta_begin(c + 1, units, ctas);
+          cr_assert(u_end - u_begin == units / ctas || u_end - u_begin == units / ctas + 1, "balanced to one unit");
+          int partial_tiles = 0;
+          for (int u = u_begin; u < u_end;) { /* the kernel's tile loop */
+            const int tile = u / steps, s_begin = u - tile * steps;
+            const int s_end = s_begin + (u_end - u) < steps ? s_begin + (u_end - u) : steps;
+            const int slot = 2 * c + (u == u_begin ? 0 : 1);
+            if (s_begin > 0 || s_end < steps) {
+              partial_tiles++;
+              cr_assert(u == u_begin || s_end == u_end - tile * steps, "a partial tile is the CTA's first or last");
+              cr_assert_eq(slot, sk_decode_partial_slot(c, tile, steps, units, ctas));
+              cr_assert_eq(slot_used[slot]++, 0, "slot %d written twice", slot);
+            }
+            for (int s = s_begin; s < s_end; s++) {
+              cr_assert_eq(owner[tile * steps + s], -1, "unit taken twice");
+              owner[tile * steps + s] = c;
+              slot_of[tile * steps + s] = slot;
+            }
+            u += s_end - s_begin;
+          }
+          cr_assert_leq(partial_tiles, 2);
+          for (int u = u_begin; u < u_end; u++) cr_assert_eq(sk_decode_cta_of_unit(u, units, ctas), c);
+        }
+        for (int tile = 0; tile < tiles; tile++) {
+          const int first = sk_decode_cta_of_unit(tile * steps, units, ctas);
+          const int last = sk_decode_cta_of_unit(tile * steps + steps - 1, units, ctas);
+          cr_assert_eq(owner[tile * steps], first);
+          cr_assert_eq(owner[tile * steps + steps - 1], last);
+          if (first == last) continue;
+          split_tiles++;
+          /* The fixup's order: slot of `first` (maybe its last tile), then 2c: each CTA once, in K order. */
+          int s = 0;
+          for (int c = first; c <= last; c++) {
+            const int want = c == first ? sk_decode_partial_slot(first, tile, steps, units, ctas) : 2 * c;
+            while (s < steps && owner[tile * steps + s] != c) s++;
+            cr_assert_lt(s, steps, "CTA %d takes part in tile %d", c, tile);
+            cr_assert_eq(slot_of[tile * steps + s], want, "tiles %d steps %d ctas %d tile %d cta %d", tiles, steps, ctas, tile, c);
+          }
+        }
+        for (int i = 0; i < units; i++) cr_assert_neq(owner[i], -1, "unit %d not taken", i);
+        if (!sk_decode_may_split_tiles(tiles, steps, ctas))
+          cr_assert_eq(split_tiles, 0, "tiles %d steps %d ctas %d: claimed unsplit", tiles, steps, ctas);
+        free(owner); free(slot_of); free(slot_used);
+      }
+}
+
+/* Workspace: 0 when no tile is split (K = 128, beyond decode); the fourth override field picks the
+ * schedule (no GPU here: 128 SMs assumed). tensor_fp8 M = 1 at 8192x8192: 256 tiles of 64 steps. */
+Test(gemm_ops, decode_workspace_follows_the_schedule) {
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 128), 0u, "one step per tile: never split");
+  /* default: 4 CTAs per SM (register-light recipe at M <= 8): 512 CTAs, 2 slots of 32 floats each */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), (size_t)(2 * 512 * 32 * 4 + 256 * 4));
+  /* mxfp8 (3 CTAs per SM), M = 16 */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 8192, 8192), (size_t)(2 * 384 * 16 * 32 * 4 + 256 * 4));
+  /* Never shrinking as M grows (plans size it for their largest M), across the token-tile switch. */
+  const int64_t shapes[][2] = {{8192, 8192}, {25344, 4096}, {5120, 2944}, {200, 1152}, {77, 128}};
+  for (int r = 0; r < 5; r++)
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+      for (int64_t m = 1; m < 16; m++)
+        cr_assert_leq(sk_gemm_workspace_bytes((sk_gemm_recipe)r, m, shapes[i][0], shapes[i][1]),
+                      sk_gemm_workspace_bytes((sk_gemm_recipe)r, m + 1, shapes[i][0], shapes[i][1]), "recipe %d shape %zu m %lld", r,
+                      i, (long long)m);
+}
+
+Test(gemm_ops, decode_override_splitk_schedule) {
+  setenv("SPARKINFER_GEMM_DECODE", "2,4,2,splitk", 1);
+  /* the previous heuristic: 2 splits of each of the 128 tiles (2 x 128 SMs), none for 896 tiles */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 32 * 4 + 128 * 4));
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 28672, 4096), 0u, "896 tiles >= 256: no split");
+}
+
+Test(gemm_ops, decode_override_streamk_ctas_per_sm) {
+  setenv("SPARKINFER_GEMM_DECODE", "2,4,3", 1);
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), (size_t)(2 * 384 * 32 * 4 + 256 * 4));
+}
+
+Test(gemm_ops, decode_override_bad_schedule_is_refused) {
+  setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
+  setenv("SPARKINFER_GEMM_DECODE", "2,4,3,roundrobin", 1);
   const int64_t m = 1, n = 256, k = 512;
   int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
   DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s), c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);

@@ -16,26 +16,30 @@
 //       const float* alpha,    // device scalar, nullptr = 1
 //       void* c,               // C [M, ldc] of OUT
 //       int M, int N, int K, int ldc,
-//       int k_splits,          // >= 1; see scratch
-//       float* partials,       // k_splits > 1: k_splits * M * N floats; else unused (may be null)
-//       u32* tile_counters)    // k_splits > 1: gridDim.x u32, zero before the first launch; every
-//                              //   launch leaves them zero again (graph-replay safe); else unused
-//   grid  = (ceil(N / (16*ROW_TILES)), k_splits, 1)      block = (32*WARPS, 1, 1)
+//       float* partials,       // 2 * gridDim.x * M * 16*ROW_TILES floats when a tile may be split
+//                              //   (sk_decode_may_split_tiles); else unused (may be null)
+//       u32* tile_counters)    // same condition: ceil(N / (16*ROW_TILES)) u32, zero before the first
+//                              //   launch; every launch leaves them zero again (graph-replay safe)
+//   grid  = (ctas, 1, 1), 1 <= ctas <= units: CTA c takes the contiguous (tile, 128-K step) work
+//     units [c*units/ctas, (c+1)*units/ctas), units = ceil(N / (16*ROW_TILES)) * K/128 < 2^31
+//     (gemm/decode_schedule.cuh; ctas = tiles gives one whole tile per CTA, no partials)
+//   block = (32*WARPS, 1, 1); __launch_bounds__ sk_decode_ctas_per_sm CTAs per SM
 //   dynamic shared memory: 0 (static: WARPS*ROW_TILES*16*TOKEN_TILES*8*4 bytes + 4)
-//   requirements: 1 <= M <= 8*TOKEN_TILES, K % 128 == 0, k_splits <= K/128 (one step = 128 K),
+//   requirements: 1 <= M <= 8*TOKEN_TILES, K % 128 == 0 (one step = 128 K),
 //     code arrays 16-byte aligned, swizzled scales 4-byte aligned, fp32 scales 4-byte.
 //     Rows of C are written for 0 <= m < M, 0 <= n < N only.
-//   Determinism: fixed work split and fixed reduction order (warps, then splits through
-//   `partials`); no floating-point atomics. Bitwise reproducible for a given (config, k_splits).
+//   Determinism: fixed work split and fixed reduction order (warps, then the CTAs of a split tile
+//   in K order through `partials`); no floating-point atomics. Bitwise reproducible for a given
+//   (config, ctas), independent of timing.
 //
 //   template <int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
 //   __global__ void sk::gemm::gemv_decode_mxfp8_bf16<...>(const __nv_bfloat16* x, const void* unused,
 //       ... then as gemv_decode)
 //     gemm.mxfp8_linear, M <= 16: gemv_decode<mxfp8> with BF16 tokens x [M, K] (row stride K,
 //     16-byte aligned) quantized in the kernel by quantization.mxfp8's device function: bitwise
-//     equal to quantization.mxfp8 + gemv_decode<mxfp8> with the same k_splits (see
-//     Fp8Bf16Stage). Same grid, block, scratch and requirements; 2 blocks of 128 threads per SM
-//     at TOKEN_TILES 2 (register bound, see below).
+//     equal to quantization.mxfp8 + gemv_decode<mxfp8> with the same ctas (see Fp8Bf16Stage).
+//     Same grid, block, scratch and requirements; 3 blocks of 128 threads per SM at TOKEN_TILES 1
+//     (as gemv_decode<mxfp8>), 2 at TOKEN_TILES 2 (register bound, see below).
 //
 // HOW IT WORKS
 //   Swap-AB tensor-core GEMV: 16 weight rows are the MMA's M side, up to 8 tokens its N side
@@ -54,6 +58,7 @@
 #pragma once
 #include "common/defs.cuh"
 #include "common/mma.cuh"
+#include "gemm/decode_schedule.cuh"
 #include "gemm/gemm_common.cuh"
 #include "quantization/mxfp8.cuh"
 
@@ -251,7 +256,7 @@ SK_DEVICE void fp8_compute_stage(const Fp8Stage<TOKEN_TILES, ROW_TILES>& st, flo
 // UE8M0 scale, E4M3 codes) runs on it unchanged and yields the op's codes bit for bit, in the
 // registers the mxfp8 step would have loaded. The scales of C columns 2t + j come from lane
 // 4 (2t + j) (token g = 2t + j of the tile). Then fp8_compute_stage runs as for mxfp8: the result
-// equals quantize + mm bit for bit (same MMAs, same order, same k_splits).
+// equals quantize + mm bit for bit (same MMAs, same order, same ctas).
 template <int TOKEN_TILES, int ROW_TILES>
 struct Fp8Bf16Stage {
   Fp8Stage<TOKEN_TILES, ROW_TILES> q;  // weights as loaded; x and x_sf filled by mxfp8_quantize_tokens
@@ -493,13 +498,18 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
   }
 }
 
-// The kernel; X_BF16 (mxfp8 only): a_codes holds BF16 tokens [M, K], quantized in the warp
+// One tile's share of a CTA: steps [s_begin, s_end) of the 16*ROW_TILES weight rows from
+// tile * kRows, warps taking the steps round-robin. A whole tile (s_begin 0, s_end num_steps) is
+// stored directly; a split one goes through the tile's partials slot and counter (see
+// gemm/decode_schedule.cuh; first_of_cta: this is the CTA's first tile, slot 2 cta, else 2 cta + 1).
+// X_BF16 (mxfp8 only): a_codes holds BF16 tokens [M, K], quantized in the warp
 // (gemv_decode_mxfp8_bf16), a_scales unused.
 template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, bool X_BF16>
-SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __restrict__ a_scales,
+SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __restrict__ a_scales,
                                 const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
                                 const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
-                                int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
+                                int tile, int s_begin, int s_end, bool first_of_cta, int units, int ctas,
+                                float* __restrict__ partials, u32* __restrict__ tile_counters) {
   static_assert(TOKEN_TILES == 1 || TOKEN_TILES == 2, "M <= 16");
   static_assert(!X_BF16 || RECIPE == kMxfp8, "BF16 tokens: mxfp8 only");
   static_assert(ROW_TILES >= 1 && ROW_TILES <= 4, "register budget");
@@ -508,17 +518,16 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
   constexpr int kRows = 16 * ROW_TILES, kTokens = 8 * TOKEN_TILES;
   static_assert(128 % kRows == 0, "block_fp8: a block's rows share one 128-row scale");
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Laundered per tile, so the lane's address arithmetic is redone per tile instead of hoisted
+  // out of the CTA's tile loop and kept live through the step loop (4-6 registers on sm_90a).
+  int tid = (int)threadIdx.x;
+  asm volatile("" : "+r"(tid), "+r"(K));
+  const int lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int row0 = blockIdx.x * kRows;
+  const int row0 = tile * kRows;
   const long long row_bytes = Traits::row_bytes(K);
   const int k_blocks128 = K / 128;
-
-  // This block's step range [s_begin, s_end), warps take steps round-robin.
   const int num_steps = K / kStepK;
-  const int steps_per_split = (num_steps + k_splits - 1) / k_splits;
-  const int s_begin = blockIdx.y * steps_per_split;
-  const int s_end = min(num_steps, s_begin + steps_per_split);
 
   // Rows this lane loads (clamped: out-of-range rows re-read row N-1, results discarded).
   int w_rows[ROW_TILES][2];
@@ -657,9 +666,10 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
     pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
   }
 
-  // ---- fixed-order reduction: warps (shared memory), then K splits (scratch) ----
+  // ---- fixed-order reduction: warps (shared memory), then the CTAs of a split tile (partials) ----
   __shared__ float red[WARPS][kRows][kTokens];
-  __shared__ u32 is_last_split;
+  __shared__ u32 is_last_cta;
+  __syncthreads();  // the CTA's previous tile is done reading red
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
@@ -670,7 +680,7 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
 
   // FP4 operands are decoded as value * 2^-14 (weights and tokens): 2^28 restores the products.
   const float out_scale = load_alpha(alpha) * (Traits::kFp4 ? 268435456.0f : 1.0f);
-  if (k_splits == 1) {
+  if (s_begin == 0 && s_end == num_steps) {
     for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
       const int r = idx % kRows, m = idx / kRows;  // consecutive threads -> consecutive n
       float sum = 0.0f;
@@ -681,39 +691,70 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
     return;
   }
 
+  // Partials slot s holds [M][kRows] floats.
+  const int slot = 2 * (int)blockIdx.x + (first_of_cta ? 0 : 1);
   for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
     const int r = idx % kRows, m = idx / kRows;
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) sum += red[w][r][m];
-    if (row0 + r < N && m < M) partials[((long long)blockIdx.y * M + m) * N + row0 + r] = sum;
+    if (row0 + r < N && m < M) partials[((long long)slot * M + m) * kRows + r] = sum;
   }
   __threadfence();
   __syncthreads();
+  const int unit0 = tile * num_steps;
+  const int cta_first = sk_decode_cta_of_unit(unit0, units, ctas);
+  const int cta_last = sk_decode_cta_of_unit(unit0 + num_steps - 1, units, ctas);
   if (threadIdx.x == 0) {
-    const u32 arrived = atomicAdd(tile_counters + blockIdx.x, 1u);
-    is_last_split = arrived == (u32)(k_splits - 1);
-    if (is_last_split) tile_counters[blockIdx.x] = 0;  // ready for the next launch
+    const u32 arrived = atomicAdd(tile_counters + tile, 1u);
+    is_last_cta = arrived == (u32)(cta_last - cta_first);
+    if (is_last_cta) tile_counters[tile] = 0;  // ready for the next launch
   }
   __syncthreads();
-  if (!is_last_split) return;
+  if (!is_last_cta) return;
   __threadfence();
+  // Only the first CTA may hold the tile as its last one (it began before the tile).
+  const int first_slot = sk_decode_partial_slot(cta_first, tile, num_steps, units, ctas);
   for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
     const int r = idx % kRows, m = idx / kRows;
     if (row0 + r >= N || m >= M) continue;
-    float sum = 0.0f;
-    for (int s = 0; s < k_splits; ++s) sum += __ldcg(partials + ((long long)s * M + m) * N + row0 + r);
+    float sum = __ldcg(partials + ((long long)first_slot * M + m) * kRows + r);
+    for (int cta = cta_first + 1; cta <= cta_last; ++cta) sum += __ldcg(partials + ((long long)(2 * cta) * M + m) * kRows + r);
     store_out<OUT>(c, (long long)m * ldc + row0 + r, sum * out_scale);
   }
 }
 
+// The kernel: CTA blockIdx.x walks its units (gemm/decode_schedule.cuh) tile by tile.
+template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, bool X_BF16>
+SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __restrict__ a_scales,
+                                const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
+                                const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
+                                float* __restrict__ partials, u32* __restrict__ tile_counters) {
+  constexpr int kRows = 16 * ROW_TILES;
+  const int num_steps = K / DecodeStep<RECIPE>::kStepK;
+  const int units = (N + kRows - 1) / kRows * num_steps, ctas = (int)gridDim.x;
+  const int u_begin = sk_decode_cta_begin((int)blockIdx.x, units, ctas);
+  const int u_end = sk_decode_cta_begin((int)blockIdx.x + 1, units, ctas);
+#pragma unroll 1
+  for (int u = u_begin; u < u_end;) {
+    const int tile = u / num_steps, s_begin = u - tile * num_steps;
+    const int s_end = min(num_steps, s_begin + (u_end - u));
+    gemv_decode_tile<RECIPE, OUT, TOKEN_TILES, WARPS, ROW_TILES, X_BF16>(a_codes, a_scales, b_codes, b_scales, alpha, c,
+                                                                         M, N, K, ldc, tile, s_begin, s_end,
+                                                                         u == u_begin, units, ctas, partials,
+                                                                         tile_counters);
+    u += s_end - s_begin;
+  }
+}
+
+// CTAs per SM: sk_decode_ctas_per_sm (gemm/decode_schedule.cuh), which the host sizes its grid with.
 template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
-__global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 ? 256 : 384) / (WARPS * 32))
+__global__ void __launch_bounds__(WARPS * 32, sk_decode_ctas_per_sm(RECIPE, TOKEN_TILES, WARPS, ROW_TILES))
     gemv_decode(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
                 const void* __restrict__ b_scales, const float* __restrict__ alpha, void* __restrict__ c, int M,
-                int N, int K, int ldc, int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
+                int N, int K, int ldc, float* __restrict__ partials, u32* __restrict__ tile_counters) {
   gemv_decode_body<RECIPE, OUT, TOKEN_TILES, WARPS, ROW_TILES, false>(a_codes, a_scales, b_codes, b_scales, alpha, c, M,
-                                                                      N, K, ldc, k_splits, partials, tile_counters);
+                                                                      N, K, ldc, partials, tile_counters);
 }
 
 // The 16-token variant holds 32 more registers of raw BF16 per stage: the 256-thread bound (the
@@ -723,10 +764,10 @@ __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 || TOKEN_TILES == 
     gemv_decode_mxfp8_bf16(const __nv_bfloat16* __restrict__ x, const void* __restrict__ unused,
                            const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
                            const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
-                           int k_splits, float* __restrict__ partials, u32* __restrict__ tile_counters) {
+                           float* __restrict__ partials, u32* __restrict__ tile_counters) {
   gemv_decode_body<kMxfp8, OUT, TOKEN_TILES, WARPS, ROW_TILES, true>(reinterpret_cast<const u8*>(x), unused, b_codes,
-                                                                     b_scales, alpha, c, M, N, K, ldc, k_splits,
-                                                                     partials, tile_counters);
+                                                                     b_scales, alpha, c, M, N, K, ldc, partials,
+                                                                     tile_counters);
 }
 
 }  // namespace gemm

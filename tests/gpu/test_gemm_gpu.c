@@ -188,24 +188,48 @@ Test(gpu_gemm, decode_every_recipe_and_output, .init = setup, .fini = teardown, 
   for (int r = 0; r < 5; r++)
     for (int o = 0; o < 3; o++)
       for (size_t mi = 0; mi < 5; mi++) check_mm((skref_gemm_recipe)r, o, ms[mi], 2880, 2048, (int)(mi % 2), &rng, seed);
-  /* Real widths, BF16 out, with the split-K workspace. */
+  /* Real widths, BF16 out, with the workspace (stream-K: tiles shared by CTAs). */
   /* FP16 overflow: no alpha scaling for this one, FP8 products overflow and must give +-inf. */
   check_mm_overflow(&rng, seed);
   for (int r = 0; r < 5; r++) {
     check_mm((skref_gemm_recipe)r, 0, 1, 28672, 4096, 1, &rng, seed);
     check_mm((skref_gemm_recipe)r, 0, 16, 4096, 7168, 1, &rng, seed);
     check_mm((skref_gemm_recipe)r, 0, 4, 8192, 2048, 0, &rng, seed);
-    check_mm((skref_gemm_recipe)r, 0, 16, 5120, 2944, 1, &rng, seed); /* 23 steps: uneven split-K */
+    check_mm((skref_gemm_recipe)r, 0, 16, 5120, 2944, 1, &rng, seed); /* 23 steps: CTA ranges across tiles */
   }
   /* Every M (1..16) with every recipe; N not a multiple of the 32-row block; K = 9 steps of 128
    * (uneven shares over warps and splits; every 32-K MXFP8 / 128-K block_fp8 scale boundary);
-   * odd M with the split-K workspace. Then 1-step K (fewer steps than warps) and 16 splits. */
+   * odd M with the workspace. Then 1-step K (fewer steps than warps) and 16 CTAs per tile. */
   for (int r = 0; r < 5; r++) {
     for (size_t m = 1; m <= 16; m++) check_mm((skref_gemm_recipe)r, 0, m, 200, 1152, (int)(m % 2), &rng, seed);
     check_mm((skref_gemm_recipe)r, 2, 5, 77, 128, 1, &rng, seed);
     check_mm((skref_gemm_recipe)r, 0, 3, 512, 8192, 1, &rng, seed);
   }
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+/* The decode grid's other shapes (the override is read once per process; each Test is its own
+ * process): the previous split-K grid, and a stream-K grid far past one wave (32 CTAs per SM: many
+ * CTAs per tile, CTAs not co-resident) - same tolerance, run-to-run bitwise. */
+static void decode_grid_cases(void) {
+  uint64_t seed = skref_test_seed("gpu gemm decode grid"), rng = seed;
+  for (int r = 0; r < 5; r++) {
+    check_mm((skref_gemm_recipe)r, 0, 1, 8192, 2048, 1, &rng, seed);
+    check_mm((skref_gemm_recipe)r, 0, 16, 5120, 2944, 1, &rng, seed);
+    check_mm((skref_gemm_recipe)r, 1, 7, 200, 1152, 1, &rng, seed);
+    check_mm((skref_gemm_recipe)r, 0, 3, 512, 8192, 1, &rng, seed);
+  }
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+Test(gpu_gemm, decode_splitk_grid, .init = setup, .fini = teardown, .timeout = 600) {
+  setenv("SPARKINFER_GEMM_DECODE", "2,4,2,splitk", 1);
+  decode_grid_cases();
+}
+
+Test(gpu_gemm, decode_streamk_grid_beyond_one_wave, .init = setup, .fini = teardown, .timeout = 600) {
+  setenv("SPARKINFER_GEMM_DECODE", "2,4,32", 1);
+  decode_grid_cases();
 }
 
 Test(gpu_gemm, prefill_every_recipe, .init = setup, .fini = teardown, .timeout = 900) {
@@ -262,7 +286,7 @@ Test(gpu_gemm, mxfp8_linear_matches_quantize_then_reference, .init = setup, .fin
 /* gemm.mxfp8_linear at M <= 8 quantizes the BF16 tokens inside the decode kernel (the
  * quantization.mxfp8 op's device function on the same 32-element blocks; M 9..16 launches quantize
  * + mm itself, which this also checks end to end): its output must equal
- * the quantization.mxfp8 op + sk_gemm_mm (same workspace rule, hence the same k_splits) bit for
+ * the quantization.mxfp8 op + sk_gemm_mm (same workspace rule, hence the same grid) bit for
  * bit, and the double reference on the quantized operands within tolerance. Rows: Gaussian with
  * outliers, an all-zero row, a row with one zero block and one huge outlier. */
 static void check_linear_fused(size_t m, size_t n, size_t k, int o, skref_rng *qr, uint64_t *rng, uint64_t seed) {
@@ -293,7 +317,7 @@ static void check_linear_fused(size_t m, size_t n, size_t k, int o, skref_rng *q
   CUDA_OK(cudaMalloc(&d2, m * n * ob_sz));
   CUDA_OK(cudaMemset(d1, 0xff, m * n * ob_sz));
   CUDA_OK(cudaMemset(d2, 0xfe, m * n * ob_sz));
-  /* Fused path (M <= 8): the linear op's workspace is mm's K-split partials only, maybe 0 bytes.
+  /* Fused path (M <= 8): the linear op's workspace is mm's partials only, maybe 0 bytes.
    * M 9..16 runs quantize + mm inside the op: the activations are in its workspace too. */
   const size_t wsb1 = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k), wsb2 = sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
   if (m <= 8) cr_assert_eq(wsb1, wsb2, "M <= 8: the linear op needs exactly mm's workspace");
@@ -342,7 +366,7 @@ Test(gpu_gemm, mxfp8_linear_fused_decode_bitwise_equals_quantize_then_mm, .init 
   skref_rng qr;
   skref_rng_seed(&qr, seed);
   /* Every M; K = 9 steps (uneven warp/split shares, every 32-K block boundary); N not a multiple
-   * of the 32-row block. Then real shapes (split-K), every output type, a 1-step K. */
+   * of the 32-row block. Then real shapes (tiles shared by CTAs), every output type, a 1-step K. */
   for (size_t m = 1; m <= 16; m++) check_linear_fused(m, 200, 1152, 0, &qr, &rng, seed);
   check_linear_fused(3, 4096, 7168, 0, &qr, &rng, seed);
   check_linear_fused(9, 5120, 2944, 0, &qr, &rng, seed);

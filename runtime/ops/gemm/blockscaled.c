@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "../../../kernel_src/gemm/decode_schedule.cuh" /* plain C11 as well: the decode grid */
 #include "../../../kernel_src/gemm/sm120_layout.cuh" /* plain C11 as well: the SM120 smem formula */
 #include "../../embedded.h"
 #include "../../op.h"
@@ -55,32 +56,41 @@ static int sm_count(void) {
   return s;
 }
 
-/* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,BLOCKS_PER_SM" replaces
- * the defaults (2, 4, 2): 16*ROW_TILES rows of B per block, WARPS warps splitting K inside a block,
- * and the split-K target of BLOCKS_PER_SM blocks per SM (tuning; configs outside the prebuilt
- * manifest compile on first use). */
-typedef struct decode_cfg { int row_tiles, warps, blocks_per_sm; } decode_cfg;
+/* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,CTAS_PER_SM[,SCHEDULE]"
+ * replaces the defaults (2, 4, 0, streamk): 16*ROW_TILES rows of B per tile, WARPS warps per CTA
+ * splitting its steps, and the grid. streamk: CTAS_PER_SM CTAs per SM (0: what the kernel's
+ * __launch_bounds__ guarantee, sk_decode_ctas_per_sm) sharing the (tile, step) units equally
+ * (kernel_src/gemm/decode_schedule.cuh). splitk: the previous heuristic, one CTA per (tile, K
+ * split), splits until the grid has CTAS_PER_SM (0: 2) CTAs per SM. Tuning; configs outside the
+ * prebuilt manifest compile on first use. */
+typedef struct decode_cfg {
+  int row_tiles, warps, ctas_per_sm;
+  bool split_k;
+} decode_cfg;
 static decode_cfg decode_override;
 static sk_status decode_override_status = SK_OK;
 static char decode_override_message[256];
 static pthread_once_t decode_override_once = PTHREAD_ONCE_INIT;
 
 static void decode_override_load(void) {
-  decode_override = (decode_cfg){2, 4, 2};
+  decode_override = (decode_cfg){2, 4, 0, false};
   const char *v = sk_env_str("SPARKINFER_GEMM_DECODE");
   if (!v) return;
-  decode_cfg d;
-  char extra;
-  bool ok = sscanf(v, "%d,%d,%d%c", &d.row_tiles, &d.warps, &d.blocks_per_sm, &extra) == 3;
+  decode_cfg d = {0, 0, 0, false};
+  char schedule[16] = "streamk", extra;
+  bool ok = sscanf(v, "%d,%d,%d%c", &d.row_tiles, &d.warps, &d.ctas_per_sm, &extra) == 3 ||
+            sscanf(v, "%d,%d,%d,%15[a-z]%c", &d.row_tiles, &d.warps, &d.ctas_per_sm, schedule, &extra) == 4;
+  ok = ok && (!strcmp(schedule, "streamk") || !strcmp(schedule, "splitk"));
   ok = ok && (d.row_tiles == 1 || d.row_tiles == 2 || d.row_tiles == 4) && d.warps >= 1 && d.warps <= 8 &&
-       d.blocks_per_sm >= 1 && d.blocks_per_sm <= 32;
+       d.ctas_per_sm >= 0 && d.ctas_per_sm <= 32;
   if (!ok) {
     decode_override_status = SK_ERR_INVALID_ARGUMENT;
     snprintf(decode_override_message, sizeof decode_override_message,
-             "SPARKINFER_GEMM_DECODE=%.64s: expected ROW_TILES,WARPS,BLOCKS_PER_SM with ROW_TILES in {1,2,4}, "
-             "1..8 warps, 1..32 blocks per SM", v);
+             "SPARKINFER_GEMM_DECODE=%.64s: expected ROW_TILES,WARPS,CTAS_PER_SM[,streamk|splitk] with ROW_TILES in "
+             "{1,2,4}, 1..8 warps, 0..32 CTAs per SM", v);
     return;
   }
+  d.split_k = !strcmp(schedule, "splitk");
   decode_override = d;
 }
 
@@ -90,23 +100,45 @@ static decode_cfg decode_config(void) {
 }
 static int64_t decode_rows_per_block(void) { return 16 * decode_config().row_tiles; }
 
-static int64_t decode_k_splits(sk_gemm_recipe r, int64_t n, int64_t k) {
+/* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
+ * `may_split`: some tile may be shared by CTAs (then partials and counters are needed). */
+typedef struct decode_grid {
+  int64_t tiles, ctas;
+  bool may_split;
+} decode_grid;
+
+static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
-  const int64_t blocks = sk_cdiv(n, decode_rows_per_block()), sms = sm_count(), steps = k / step_k(r);
-  const int64_t target = d.blocks_per_sm * sms;
-  if (blocks >= target) return 1;
-  int64_t s = sk_cdiv(target, blocks);
-  if (s > 16) s = 16;
-  if (s > steps / 4) s = steps / 4; /* >= 4 steps per split: one per warp of a 4-warp block */
-  return s < 1 ? 1 : s;
+  const int64_t tiles = sk_cdiv(n, decode_rows_per_block()), sms = sm_count(), steps = k / step_k(r);
+  int64_t ctas;
+  if (d.split_k) {
+    const int64_t target = (d.ctas_per_sm ? d.ctas_per_sm : 2) * sms;
+    int64_t s = tiles >= target ? 1 : sk_cdiv(target, tiles);
+    if (s > 16) s = 16;
+    if (s > steps / 4) s = steps / 4; /* >= 4 steps per split: one per warp of a 4-warp block */
+    ctas = tiles * (s < 1 ? 1 : s);
+  } else {
+    const int64_t per_sm = d.ctas_per_sm ? d.ctas_per_sm : sk_decode_ctas_per_sm((int)r, token_tiles, d.warps, d.row_tiles);
+    const int64_t resident = per_sm * sms, least = tiles < resident ? tiles : resident;
+    ctas = resident;
+    if (ctas > tiles * steps / d.warps) ctas = tiles * steps / d.warps; /* >= one step per warp */
+    if (ctas > 16 * tiles) ctas = 16 * tiles;                           /* <= 17 CTAs share a tile */
+    if (ctas < least) ctas = least; /* fewer steps than warps: still a tile per CTA */
+  }
+  return (decode_grid){tiles, ctas, sk_decode_may_split_tiles((int)tiles, (int)steps, (int)ctas) != 0};
 }
 
+static size_t decode_counters_bytes(int64_t tiles) { return ((size_t)tiles * 4 + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
+
+/* Workspace: tile counters, then 2 partial slots of M x 16*ROW_TILES floats per CTA. Sized for
+ * the larger grid of the two token-tile variants, so that it never shrinks as M grows (a buffer
+ * sized for some M serves every smaller one). */
 SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k) {
   if (!recipe_valid(recipe) || m < 1 || n < 1 || k < 128 || m > DECODE_MAX_M) return 0;
-  const int64_t splits = decode_k_splits(recipe, n, k);
-  if (splits <= 1) return 0;
-  const size_t partials = (size_t)(splits * m * n) * sizeof(float);
-  return (partials + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (size_t)sk_cdiv(n, decode_rows_per_block()) * 4;
+  const decode_grid g1 = decode_schedule(recipe, 1, n, k), g2 = decode_schedule(recipe, 2, n, k);
+  if (!g1.may_split && !g2.may_split) return 0;
+  const int64_t ctas = g1.ctas > g2.ctas ? g1.ctas : g2.ctas;
+  return decode_counters_bytes(g1.tiles) + (size_t)(2 * ctas * m * decode_rows_per_block()) * sizeof(float);
 }
 
 /* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"); SM120 kernel for the
@@ -246,7 +278,7 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
 
 /* gemm.mxfp8_linear: at M <= LINEAR_FUSED_MAX_M the decode kernel with the activation quantizer fused in
  * (gemv_decode_mxfp8_bf16: BF16 tokens quantized in the warp by quantization.mxfp8's device
- * function; same geometry, k_splits and MMA order as the mxfp8 decode kernel, so bitwise equal to
+ * function; same geometry, grid and MMA order as the mxfp8 decode kernel, so bitwise equal to
  * quantize + mm). Larger M: quantizer launch + the mm kernel gemm_config picks. */
 static void linear_config(int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
   gemm_config(SK_GEMM_MXFP8, out, m, n, arch, c);
@@ -369,21 +401,21 @@ static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe
   void *c = x->c;
   int m = (int)x->m, n = (int)x->n, k = (int)x->k, ldc = (int)x->n;
   if (cfg->path == PATH_DECODE || cfg->path == PATH_FUSED) {
-    int splits = (int)decode_k_splits(r, x->n, x->k);
+    decode_grid g = decode_schedule(r, x->m <= 8 ? 1 : 2, x->n, x->k);
     void *partials = NULL, *counters = NULL;
-    if (splits > 1) {
+    if (g.may_split) {
       const size_t need = sk_gemm_workspace_bytes(r, x->m, x->n, x->k);
       if (!workspace || ws_bytes < need || (uintptr_t)workspace % WS_ALIGN) {
-        splits = 1; /* no (usable) workspace: one pass over K, still every weight byte once */
+        g.ctas = g.tiles; /* no (usable) workspace: a whole tile per CTA, still every weight byte once */
       } else {
-        partials = workspace;
-        counters = (char *)workspace + (need - (size_t)sk_cdiv(x->n, decode_rows_per_block()) * 4);
+        counters = workspace;
+        partials = (char *)workspace + decode_counters_bytes(g.tiles);
       }
     }
-    void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc, &splits,
+    void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc,
                     &partials, &counters};
     sk_dim3 grid = cfg->grid;
-    grid.y = (unsigned)splits;
+    grid.x = (unsigned)g.ctas;
     return sk_kernel_launch(kern, grid, cfg->block, 0, stream, args);
   }
   void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc};

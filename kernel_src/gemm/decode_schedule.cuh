@@ -1,0 +1,55 @@
+// Work decomposition of the decode GEMM (gemm/gemv_decode.cuh), in one place that the kernel, the
+// host (runtime/ops/gemm/blockscaled.c) and the CPU tests (tests/test_gemm_ops.c) include: plain
+// C11 as well as CUDA C++17 (integer arithmetic only, no CUDA headers when compiled as C).
+//
+// A work unit is one 128-K step of one tile of 16*ROW_TILES weight rows: unit u is step u % steps
+// of tile u / steps, units = tiles * steps. CTA c of `ctas` owns the contiguous units
+// [begin(c), begin(c + 1)) with begin(c) = floor(c * units / ctas): every CTA gets the same work
+// to within one step (stream-K), whatever the shape. A CTA walks its range tile by tile, so only
+// its first and its last tile can be partial (the tiles between are whole). The CTAs sharing a
+// split tile are cta_of_unit(its first unit) .. cta_of_unit(its last unit); each stores its FP32
+// share of the tile in slot 2c (the tile is its first) or 2c + 1 (its last), and the CTA that
+// arrives last at the tile's counter sums the slots in CTA order, which is K order: a fixed
+// reduction order, independent of timing. No CTA waits for another, so the grid need not be
+// co-resident for correctness (only for speed).
+// Requires 1 <= ctas <= units < 2^31, so every CTA has work: a CTA with none would never arrive at
+// the counter of a tile it sits inside of.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#include "common/defs.cuh"
+#define SK_DECODE_FN SK_HOST_DEVICE constexpr
+#else
+#define SK_DECODE_FN static inline
+#endif
+
+// First unit of CTA `cta` (cta = ctas gives units).
+SK_DECODE_FN int sk_decode_cta_begin(int cta, int units, int ctas) { return (int)((long long)cta * units / ctas); }
+
+// The CTA whose range holds unit `unit`: the largest c with begin(c) <= unit.
+SK_DECODE_FN int sk_decode_cta_of_unit(int unit, int units, int ctas) {
+  return (int)((((long long)unit + 1) * ctas - 1) / units);
+}
+
+// Partial slot of CTA `cta`'s share of tile `tile` (cta is one of the tile's CTAs).
+SK_DECODE_FN int sk_decode_partial_slot(int cta, int tile, int steps, int units, int ctas) {
+  return 2 * cta + (sk_decode_cta_begin(cta, units, ctas) < tile * steps ? 1 : 0);
+}
+
+// 0 when no tile can be split between CTAs (every begin(c) a multiple of steps): then the kernel
+// touches neither partials nor counters. Conservative: 1 may still mean no split.
+SK_DECODE_FN int sk_decode_may_split_tiles(int tiles, int steps, int ctas) {
+  return !(steps == 1 || (ctas <= tiles && tiles % ctas == 0));
+}
+
+// CTAs per SM that the kernel's __launch_bounds__ guarantee (gemv_decode; its threads-per-SM
+// figure): the register-light variants (nvfp4, block_fp8, tensor_fp8 at 8 tokens: 106-122
+// registers at 4 warps x 2 row tiles on sm_90a) are bound to 4 CTAs of 128 threads, the rest to 3,
+// ROW_TILES 4 to 2. Recipe numbers as sk::gemm::Recipe (0 nvfp4, 3 block_fp8, 4 tensor_fp8).
+SK_DECODE_FN int sk_decode_threads_per_sm(int recipe, int token_tiles, int row_tiles) {
+  return row_tiles == 4 ? 256 : token_tiles == 1 && (recipe == 0 || recipe == 3 || recipe == 4) ? 512 : 384;
+}
+SK_DECODE_FN int sk_decode_ctas_per_sm(int recipe, int token_tiles, int warps, int row_tiles) {
+  const int c = sk_decode_threads_per_sm(recipe, token_tiles, row_tiles) / (32 * warps);
+  return c > 1 ? c : 1;
+}
