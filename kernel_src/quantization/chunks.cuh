@@ -21,6 +21,7 @@ template <typename T, int LAYOUT, int VALUE_BYTES, int BLOCK_CHUNKS>
 struct UnitWalk {
   static constexpr int kTileChunks = sk_qsplit_tile_chunks(BLOCK_CHUNKS);
   static constexpr u32 kGroupRows = SK_QSPLIT_GROUP_ROWS;
+  static constexpr u32 kWarpRows = 32 / kTileChunks;  // rows of one chunk of a warp
 
   // Tensor (CTA-uniform).
   const T* x0;
@@ -80,6 +81,15 @@ struct UnitWalk {
   SK_DEVICE bool exists(int j) const { return col_exists && row + j * kGroupRows < M; }
   // Some lane of this warp has a row of chunk j below M (warp-uniform): else the warp skips it.
   SK_DEVICE bool warp_has(int j) const { return j * kGroupRows < warp_rows; }
+
+  // Every row of this warp's chunks is below M (warp-uniform): then chunk j exists iff col_exists.
+  SK_DEVICE bool warp_all_rows() const { return 3 * kGroupRows + kWarpRows <= warp_rows; }
+  // Store chunk j's values in a warp_all_rows() unit (if its column exists).
+  template <typename V>
+  SK_DEVICE void store_values_all_rows(int j, const V& v) const {
+    static_assert(sizeof(V) == VALUE_BYTES, "one chunk of values");
+    if (col_exists) *reinterpret_cast<V*>(values + j * value_group_stride) = v;
+  }
 
   // Load the unit's chunks (zeros where they do not exist).
   SK_DEVICE void load() {
