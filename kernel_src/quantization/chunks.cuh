@@ -21,7 +21,6 @@ template <typename T, int LAYOUT, int VALUE_BYTES, int BLOCK_CHUNKS>
 struct UnitWalk {
   static constexpr int kTileChunks = sk_qsplit_tile_chunks(BLOCK_CHUNKS);
   static constexpr u32 kGroupRows = SK_QSPLIT_GROUP_ROWS;
-  static constexpr u32 kWarpRows = 32 / kTileChunks;  // rows of one chunk of a warp
 
   // Tensor (CTA-uniform).
   const T* x0;
@@ -83,7 +82,7 @@ struct UnitWalk {
   SK_DEVICE bool warp_has(int j) const { return j * kGroupRows < warp_rows; }
 
   // Every row of this warp's chunks is below M (warp-uniform): then chunk j exists iff col_exists.
-  SK_DEVICE bool warp_all_rows() const { return 3 * kGroupRows + kWarpRows <= warp_rows; }
+  SK_DEVICE bool warp_all_rows() const { return sk_qsplit_warp_all_rows(warp_rows, BLOCK_CHUNKS); }
   // Store chunk j's values in a warp_all_rows() unit (if its column exists).
   template <typename V>
   SK_DEVICE void store_values_all_rows(int j, const V& v) const {
@@ -111,8 +110,12 @@ struct UnitWalk {
     const u32 w = __byte_perm(a, __shfl_xor_sync(0xFFFFFFFFu, a, BLOCK_CHUNKS), sel_b);
     if (!leader) return;
     // w: row row + 32 block, scale columns 4kt..4kt+3.
-    if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_word(row, kt, k_tiles, block)) = w;
+    if constexpr ((LAYOUT & kScalesSwizzled) != 0) {
+      if constexpr (sk_qsplit_slabs_per_band(BLOCK_CHUNKS) == 1)
+        *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_unit_word(unit.i, thread_row, block)) = w;
+      else
+        *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_word(row, kt, k_tiles, block)) = w;
+    }
     if constexpr ((LAYOUT & kScalesRowMajor) != 0) {
       const u32 r = row + block * kGroupRows;
       if (r < M) {
