@@ -58,7 +58,8 @@
 // exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
 // them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
 // value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
-// signs; the block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs;
+// signs; warps whose four chunks all exist vote once per unit (nvfp4_unit_scales_fast); the
+// block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs;
 // 1 / (e4m3(scale) / gs) is looked up in a per-CTA table of the 256 scale bytes (no division
 // per block).
 #pragma once
