@@ -235,13 +235,18 @@ Test(gemm_ops, decode_schedule_takes_every_unit_once) {
 }
 
 /* Workspace: 0 when no tile is split (K = 128, beyond decode); the fourth override field picks the
- * schedule (no GPU here: 128 SMs assumed). tensor_fp8 M = 1 at 8192x8192: 256 tiles of 64 steps. */
+ * schedule (no GPU here: 128 SMs assumed; the default target of the split-K grid is 2 CTAs per SM,
+ * and "auto" switches to stream-K when that grid splits K and exceeds the resident CTAs:
+ * 4 per SM for tensor_fp8 at M <= 8, 3 otherwise). */
 Test(gemm_ops, decode_workspace_follows_the_schedule) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 128), 0u, "one step per tile: never split");
-  /* default: 4 CTAs per SM (register-light recipe at M <= 8): 512 CTAs, 2 slots of 32 floats each */
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), (size_t)(2 * 512 * 32 * 4 + 256 * 4));
-  /* mxfp8 (3 CTAs per SM), M = 16 */
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 8192, 8192), (size_t)(2 * 384 * 16 * 32 * 4 + 256 * 4));
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), 0u, "256 tiles >= 2 x 128 SMs: no split");
+  /* 128 tiles: 2 splits = 256 CTAs, one wave for both token-tile variants: split-K */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 32 * 4 + 128 * 4));
+  /* 224 tiles: 2 splits = 448 CTAs; mxfp8 holds 384 resident: stream-K over 384 CTAs */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 7168, 8192), (size_t)(2 * 384 * 16 * 32 * 4 + 1024));
+  /* tensor_fp8: 448 split-K CTAs fit 512 at 8 tokens, the 16-token variant (384) streams: the larger */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 7168, 8192), (size_t)(2 * 448 * 32 * 4 + 1024));
   /* Never shrinking as M grows (plans size it for their largest M), across the token-tile switch. */
   const int64_t shapes[][2] = {{8192, 8192}, {25344, 4096}, {5120, 2944}, {200, 1152}, {77, 128}};
   for (int r = 0; r < 5; r++)
@@ -260,7 +265,7 @@ Test(gemm_ops, decode_override_splitk_schedule) {
 }
 
 Test(gemm_ops, decode_override_streamk_ctas_per_sm) {
-  setenv("SPARKINFER_GEMM_DECODE", "2,4,3", 1);
+  setenv("SPARKINFER_GEMM_DECODE", "2,4,3,streamk", 1);
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), (size_t)(2 * 384 * 32 * 4 + 256 * 4));
 }
 

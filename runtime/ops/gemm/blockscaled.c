@@ -57,15 +57,19 @@ static int sm_count(void) {
 }
 
 /* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,CTAS_PER_SM[,SCHEDULE]"
- * replaces the defaults (2, 4, 0, streamk): 16*ROW_TILES rows of B per tile, WARPS warps per CTA
+ * replaces the defaults (2, 4, 0, auto): 16*ROW_TILES rows of B per tile, WARPS warps per CTA
  * splitting its steps, and the grid. streamk: CTAS_PER_SM CTAs per SM (0: what the kernel's
  * __launch_bounds__ guarantee, sk_decode_ctas_per_sm) sharing the (tile, step) units equally
- * (kernel_src/gemm/decode_schedule.cuh). splitk: the previous heuristic, one CTA per (tile, K
- * split), splits until the grid has CTAS_PER_SM (0: 2) CTAs per SM. Tuning; configs outside the
- * prebuilt manifest compile on first use. */
+ * (kernel_src/gemm/decode_schedule.cuh). splitk: one CTA per (tile, K split), splits until the
+ * grid has CTAS_PER_SM (0: 2) CTAs per SM. auto: splitk, unless it splits K and its grid is more
+ * than one wave of resident CTAs; then streamk. Measured on the H200 (bench/RESULTS.md,
+ * nineteenth run): stream-K wins exactly there (mxfp8 / mxfp4 at M = 1 and every recipe at M = 16
+ * on 8192x8192 and 8192x28672: up to 22% faster) and loses 2-20% on one-wave grids, small shapes
+ * and unsplit multi-wave grids (28672x4096), where its fix-ups cost more than the tail. Tuning;
+ * configs outside the prebuilt manifest compile on first use. */
+enum { SCHEDULE_AUTO, SCHEDULE_STREAMK, SCHEDULE_SPLITK };
 typedef struct decode_cfg {
-  int row_tiles, warps, ctas_per_sm;
-  bool split_k;
+  int row_tiles, warps, ctas_per_sm, schedule;
 } decode_cfg;
 static decode_cfg decode_override;
 static sk_status decode_override_status = SK_OK;
@@ -73,24 +77,24 @@ static char decode_override_message[256];
 static pthread_once_t decode_override_once = PTHREAD_ONCE_INIT;
 
 static void decode_override_load(void) {
-  decode_override = (decode_cfg){2, 4, 0, false};
+  decode_override = (decode_cfg){2, 4, 0, SCHEDULE_AUTO};
   const char *v = sk_env_str("SPARKINFER_GEMM_DECODE");
   if (!v) return;
-  decode_cfg d = {0, 0, 0, false};
-  char schedule[16] = "streamk", extra;
+  decode_cfg d = {0, 0, 0, SCHEDULE_AUTO};
+  char schedule[16] = "auto", extra;
   bool ok = sscanf(v, "%d,%d,%d%c", &d.row_tiles, &d.warps, &d.ctas_per_sm, &extra) == 3 ||
             sscanf(v, "%d,%d,%d,%15[a-z]%c", &d.row_tiles, &d.warps, &d.ctas_per_sm, schedule, &extra) == 4;
-  ok = ok && (!strcmp(schedule, "streamk") || !strcmp(schedule, "splitk"));
+  ok = ok && (!strcmp(schedule, "auto") || !strcmp(schedule, "streamk") || !strcmp(schedule, "splitk"));
   ok = ok && (d.row_tiles == 1 || d.row_tiles == 2 || d.row_tiles == 4) && d.warps >= 1 && d.warps <= 8 &&
        d.ctas_per_sm >= 0 && d.ctas_per_sm <= 32;
   if (!ok) {
     decode_override_status = SK_ERR_INVALID_ARGUMENT;
     snprintf(decode_override_message, sizeof decode_override_message,
-             "SPARKINFER_GEMM_DECODE=%.64s: expected ROW_TILES,WARPS,CTAS_PER_SM[,streamk|splitk] with ROW_TILES in "
+             "SPARKINFER_GEMM_DECODE=%.64s: expected ROW_TILES,WARPS,CTAS_PER_SM[,auto|streamk|splitk] with ROW_TILES in "
              "{1,2,4}, 1..8 warps, 0..32 CTAs per SM", v);
     return;
   }
-  d.split_k = !strcmp(schedule, "splitk");
+  d.schedule = !strcmp(schedule, "splitk") ? SCHEDULE_SPLITK : !strcmp(schedule, "streamk") ? SCHEDULE_STREAMK : SCHEDULE_AUTO;
   decode_override = d;
 }
 
@@ -110,16 +114,20 @@ typedef struct decode_grid {
 static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
   const int64_t tiles = sk_cdiv(n, decode_rows_per_block()), sms = sm_count(), steps = k / step_k(r);
-  int64_t ctas;
-  if (d.split_k) {
-    const int64_t target = (d.ctas_per_sm ? d.ctas_per_sm : 2) * sms;
-    int64_t s = tiles >= target ? 1 : sk_cdiv(target, tiles);
-    if (s > 16) s = 16;
-    if (s > steps / 4) s = steps / 4; /* >= 4 steps per split: one per warp of a 4-warp block */
-    ctas = tiles * (s < 1 ? 1 : s);
-  } else {
-    const int64_t per_sm = d.ctas_per_sm ? d.ctas_per_sm : sk_decode_ctas_per_sm((int)r, token_tiles, d.warps, d.row_tiles);
-    const int64_t resident = per_sm * sms, least = tiles < resident ? tiles : resident;
+  /* split-K: whole tiles, K split until the grid has the target CTAs per SM */
+  const int64_t target = (d.ctas_per_sm && d.schedule == SCHEDULE_SPLITK ? d.ctas_per_sm : 2) * sms;
+  int64_t splits = tiles >= target ? 1 : sk_cdiv(target, tiles);
+  if (splits > 16) splits = 16;
+  if (splits > steps / 4) splits = steps / 4; /* >= 4 steps per split: one per warp of a 4-warp block */
+  if (splits < 1) splits = 1;
+  /* stream-K: the resident CTAs share the (tile, step) units equally */
+  const int64_t per_sm = d.ctas_per_sm ? d.ctas_per_sm : sk_decode_ctas_per_sm((int)r, token_tiles, d.warps, d.row_tiles);
+  const int64_t resident = per_sm * sms;
+  const bool streamk = d.schedule == SCHEDULE_STREAMK ||
+                       (d.schedule == SCHEDULE_AUTO && splits > 1 && tiles * splits > resident);
+  int64_t ctas = tiles * splits;
+  if (streamk) {
+    const int64_t least = tiles < resident ? tiles : resident;
     ctas = resident;
     if (ctas > tiles * steps / d.warps) ctas = tiles * steps / d.warps; /* >= one step per warp */
     if (ctas > 16 * tiles) ctas = 16 * tiles;                           /* <= 17 CTAs share a tile */
