@@ -8,6 +8,7 @@
 
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
+#include "gemm/e2m1_decode.cuh"  // sk_e2m1x8_to_f16x2_2m14
 
 namespace sk {
 namespace gemm {
@@ -44,26 +45,6 @@ SK_HOST_DEVICE long long swizzled_scale_offset(int row, int scale_col, int num_k
 SK_DEVICE u32 pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<u32*>(&v);
-}
-
-// Eight E2M1 codes (nibble i = element i) -> four f16x2 equal to the E2M1 values times 2^-14,
-// exactly: p[j] = {element j, element j + 4}. With the magnitude bits (e1 e0 m) at f16 bits 9..11
-// and the sign at 15, exponent field e and mantissa MSB m give 2^(e-15) (1 + m/2) for e >= 1 and
-// the subnormal (m/2) 2^-14 for e = 0: value * 2^-14 in both cases. The sign must move 3 bits
-// further than the magnitude, so r = rotl(w, 3) brings each sign 6 above its magnitude and one
-// LOP3 merges them into a word holding every other nibble (fe: even, fo: odd nibbles, whose
-// neighbours' bits are free); each pair is then one shift (rotate for j = 3, whose sign wrapped)
-// and one mask. 11 integer ops per 8 weights (the old byte-permute LUT took ~20).
-SK_DEVICE void e2m1x8_to_f16x2_2m14(u32 w, u32 (&p)[4]) {
-  const u32 kKeep = 0x8E008E00u;  // f16 sign and magnitude bits of both halves
-  const u32 r = __funnelshift_l(w, w, 3);
-  u32 fe, fo;
-  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(fe) : "r"(w), "r"(r), "n"(0x07070707));  // c ? a : b
-  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(fo) : "r"(w), "r"(r), "n"(0x70707070));
-  p[0] = (fe << 9) & kKeep;
-  p[1] = (fo << 5) & kKeep;
-  p[2] = (fe << 1) & kKeep;
-  p[3] = __funnelshift_r(fo, fo, 3) & kKeep;
 }
 
 // UE4M3 scale code -> f16x2 {s, s} (exact).

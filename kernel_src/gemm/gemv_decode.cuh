@@ -51,7 +51,7 @@
 //   cvt.rn.f16x2.e4m3x2 per pair (exact) feeds FP16 MMAs; scales multiply FP32 partials (never the
 //   FP16 operands, whose range would make that inexact): see fp8_compute_stage. Two register
 //   stages keep the next step's loads in flight.
-//   FP4: codes decode to FP16 value * 2^-14 without a lookup (e2m1x8_to_f16x2_2m14), FP16 MMAs,
+//   FP4: codes decode to FP16 value * 2^-14 without a lookup (sk_e2m1x8_to_f16x2_2m14), FP16 MMAs,
 //   2^28 in the epilogue. nvfp4: lane (g, t) loads 16 contiguous bytes (32-K block t of the step),
 //   UE4M3 scales folded in with one HMUL2 per pair (exact: see Nvfp4Stage). mxfp4: the FP8 mapping
 //   at 4 bytes per block, UE8M0 scales on FP32 partials per 32-K block (see Mxfp4Stage).
@@ -337,7 +337,7 @@ SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load
 }
 
 // NVFP4: lane (g, t) holds the 32-K block t of the step (16 bytes) of its rows and token, and the
-// two UE4M3 scales of that block's 16-K halves. Each u32 of codes decodes (e2m1x8_to_f16x2_2m14)
+// two UE4M3 scales of that block's 16-K halves. Each u32 of codes decodes (sk_e2m1x8_to_f16x2_2m14)
 // into the K slots of two MMAs: pairs 0, 1 feed slots {2t, 2t+1}, {2t+8, 2t+9} of the first, pairs
 // 2, 3 of the second, for weights and tokens alike. The scale is folded in with one HMUL2 per
 // pair, exactly: E2M1 x UE4M3 has <= 6 significant bits (2 x 4) and lies in [2^-10, 2688], so the
@@ -377,9 +377,9 @@ SK_DEVICE __half2 ue4m3x2_to_half2(u32 two) {
   return *reinterpret_cast<const __half2*>(&h);
 }
 
-// Codes word w times scale s (f16x2 {s, s}) -> the 4 pairs of e2m1x8_to_f16x2_2m14, scaled.
+// Codes word w times scale s (f16x2 {s, s}) -> the 4 pairs of sk_e2m1x8_to_f16x2_2m14, scaled.
 SK_DEVICE void nvfp4_word(u32 w, __half2 s, u32 (&p)[4]) {
-  e2m1x8_to_f16x2_2m14(w, p);
+  sk_e2m1x8_to_f16x2_2m14(w, p);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&p[j]), s);
@@ -428,7 +428,7 @@ SK_DEVICE void nvfp4_compute_stage(const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st,
 
 // MXFP4: the FP8 lane mapping at half the bytes. Lane (g, t) loads the u32 at 16b + 4t of every
 // 32-K block b of the step, so the quad covers block b and its two MMAs (pairs 0, 1 and 2, 3 of
-// e2m1x8_to_f16x2_2m14, weights and tokens alike) lie in one UE8M0 scale block. Operands stay
+// sk_e2m1x8_to_f16x2_2m14, weights and tokens alike) lie in one UE8M0 scale block. Operands stay
 // unscaled (value * 2^-14, exact); as for MXFP8 the scales multiply the FP32 partial of each block
 // (acc += part * sfb * sfa: powers of two, exact inside FP32's range), the 2^28 is the epilogue's.
 template <int TOKEN_TILES, int ROW_TILES>
@@ -478,12 +478,12 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
         for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
     u32 xp[TOKEN_TILES][4];
 #pragma unroll
-    for (int nt = 0; nt < TOKEN_TILES; ++nt) e2m1x8_to_f16x2_2m14(st.x[nt][b], xp[nt]);
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) sk_e2m1x8_to_f16x2_2m14(st.x[nt][b], xp[nt]);
 #pragma unroll
     for (int rt = 0; rt < ROW_TILES; ++rt) {
       u32 wp[2][4];
-      e2m1x8_to_f16x2_2m14(st.w[rt][0][b], wp[0]);
-      e2m1x8_to_f16x2_2m14(st.w[rt][1][b], wp[1]);
+      sk_e2m1x8_to_f16x2_2m14(st.w[rt][0][b], wp[0]);
+      sk_e2m1x8_to_f16x2_2m14(st.w[rt][1][b], wp[1]);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const u32 a_frag[4] = {wp[0][2 * j], wp[1][2 * j], wp[0][2 * j + 1], wp[1][2 * j + 1]};

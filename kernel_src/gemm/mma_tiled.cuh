@@ -22,7 +22,7 @@
 //   grid  = (ceil(N / BN), ceil(M / BM), 1)     block = (32 * WARPS_M * WARPS_N, 1, 1)
 //     (the kernel remaps blocks to tiles in groups of 8 M-tiles -- "grouped raster" -- for L2
 //      reuse; the host just launches the plain 2-D grid)
-//   dynamic shared memory = mma_tiled_smem_bytes(RECIPE, BM, BN, BK, STAGES) =
+//   dynamic shared memory = sk_tiled_smem_bytes(RECIPE, BM, BN, STAGES) (gemm/tiled_layout.cuh) =
 //       STAGES * ( (BM + BN) * row_bytes + scale_a + scale_b )
 //       row_bytes = BK/2 (nvfp4, mxfp4) or BK (fp8 recipes)
 //       scale_a   = 1024 (nvfp4), 512 (mxfp4, mxfp8), 4*BM (block_fp8), 0 (tensor_fp8)
@@ -51,47 +51,38 @@
 //     sm_90 has no native FP8 mma.sync: there each fragment is converted once to FP16 (exact) and
 //     each 32-block runs as two m16n8k16 f16 MMAs with the same K slot map (SK_TILED_FP8_NATIVE).
 //   * FP4 recipes: lane t loads the 16 bytes (32 elements) t of its rows' 64-byte slab row; each
-//     u32 word decodes with integer ops (e2m1x8_to_f16x2_2m14, value * 2^-14) into two k16 MMAs'
+//     u32 word decodes with integer ops (sk_e2m1x8_to_f16x2_2m14, value * 2^-14) into two k16 MMAs'
 //     registers: nvfp4 times the UE4M3 scale in FP16 (exact; 2^28 in the epilogue, m16n8k16 f16),
 //     mxfp4 back to the value in FP16, times the UE8M0 scale in FP32, BF16 (m16n8k16 bf16).
 //     64-byte rows make the 16-byte loads conflict-free per quarter-warp without a swizzle.
 //   Epilogue: acc * alpha, RN to OUT, paired stores when aligned, masked to m < M, n < N.
+//   The index math (stage layout, raster, producer, fragment and scale addressing) lives in
+//   gemm/tiled_layout.cuh, which the CPU model tests/test_gemm_tiled_model.c replays.
 #pragma once
 #include "common/defs.cuh"
 #include "common/mma.cuh"
 #include "gemm/gemm_common.cuh"
+#include "gemm/tiled_layout.cuh"
 
 namespace sk {
 namespace gemm {
 
-// Dynamic shared memory of one mma_tiled instantiation (bytes). Mirrored by the host op.
-SK_HOST_DEVICE constexpr int mma_tiled_stage_bytes(int recipe, int bm, int bn, int bk) {
-  return (bm + bn) * ((recipe == kNvfp4 || recipe == kMxfp4) ? bk / 2 : bk) +
-         (recipe == kNvfp4 ? 2048 : (recipe == kMxfp4 || recipe == kMxfp8) ? 1024 : recipe == kBlockFp8 ? 4 * bm + 16 : 0);
-}
-SK_HOST_DEVICE constexpr int mma_tiled_smem_bytes(int recipe, int bm, int bn, int bk, int stages) {
-  return stages * mma_tiled_stage_bytes(recipe, bm, bn, bk);
-}
-
 template <int RECIPE, int BM, int BN, int BK>
 struct TiledLayout {
   static constexpr bool kFp4 = RecipeTraits<RECIPE>::kFp4;
-  static constexpr int kRowBytes = kFp4 ? BK / 2 : BK;  // codes per row per stage
-  static constexpr int kChunks = kRowBytes / 16;        // 16-byte chunks per row
-  static constexpr int kScaleKTiles = RECIPE == kNvfp4 ? 2 : 1;  // 512-byte swizzled k-tiles per stage
-  static constexpr int kScaleA = RECIPE == kNvfp4 ? 1024 : (RECIPE == kMxfp4 || RECIPE == kMxfp8) ? 512 : RECIPE == kBlockFp8 ? 4 * BM : 0;
-  static constexpr int kScaleB = RECIPE == kNvfp4 ? 1024 : (RECIPE == kMxfp4 || RECIPE == kMxfp8) ? 512 : RECIPE == kBlockFp8 ? 16 : 0;
-  static constexpr int kOffB = BM * kRowBytes;
-  static constexpr int kOffScaleA = (BM + BN) * kRowBytes;
-  static constexpr int kOffScaleB = kOffScaleA + kScaleA;
-  static constexpr int kStage = kOffScaleB + kScaleB;
-  static_assert(kStage == mma_tiled_stage_bytes(RECIPE, BM, BN, BK), "smem formula");
+  static constexpr int kRowBytes = sk_tiled_row_bytes(RECIPE);  // codes per row per stage
+  static constexpr int kChunks = sk_tiled_chunks(RECIPE);       // 16-byte chunks per row
+  static constexpr int kScaleKTiles = sk_tiled_scale_k_tiles(RECIPE);
+  static constexpr int kScaleA = sk_tiled_scale_a_bytes(RECIPE, BM);
+  static constexpr int kScaleB = sk_tiled_scale_b_bytes(RECIPE);
+  static constexpr int kOffB = sk_tiled_off_b(RECIPE, BM);
+  static constexpr int kOffScaleA = sk_tiled_off_scale_a(RECIPE, BM, BN);
+  static constexpr int kOffScaleB = sk_tiled_off_scale_b(RECIPE, BM, BN);
+  static constexpr int kStage = sk_tiled_stage_bytes(RECIPE, BM, BN);
+  static_assert(BK == SK_TILED_BK && kFp4 == (sk_tiled_is_fp4(RECIPE) != 0), "tiled layout");
   static_assert(kStage % 16 == 0, "stage alignment");
 
-  // Byte offset in a tile of 16-byte chunk `chunk` of row `row` (FP8: XOR swizzle, see header).
-  static SK_DEVICE int code_offset(int row, int chunk) {
-    return row * kRowBytes + (kFp4 ? chunk : (chunk ^ ((row & 3) << 1))) * 16;
-  }
+  static SK_DEVICE int code_offset(int row, int chunk) { return sk_tiled_code_offset(RECIPE, row, chunk); }
 };
 
 // FP8 MMA flavour. sm_89 and sm_120/121 run mma.sync m16n8k32 e4m3 natively. sm_90 has no native
@@ -131,10 +122,6 @@ SK_DEVICE void mma_fp8_k32(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) 
 #endif
 }
 
-// In-block byte offset of (row within the 128-row block, scale column within the k-tile) in the
-// swizzled layout (docs/ops/gemm.md 2.1).
-SK_DEVICE int swz_in_tile(int row_in_128, int col4) { return (row_in_128 & 31) * 16 + (row_in_128 >> 5) * 4 + col4; }
-
 // Copy `bytes` (multiple of 16) contiguous bytes global -> shared, cooperatively.
 template <int NTHREADS>
 SK_DEVICE void copy_block_async(u8* dst, const u8* src, int bytes, bool aligned16) {
@@ -151,7 +138,7 @@ SK_DEVICE u32 chunk_word(const uint4& c, int w) { return w == 0 ? c.x : w == 1 ?
 // {s, s}: value * s * 2^-14, exact (value * s is a multiple of 2^-10 with <= 6 significant bits,
 // so the 2^-14 product is a multiple of 2^-24 below 2^12); the epilogue multiplies by 2^28.
 SK_DEVICE void fp4_word_nvfp4(u32 w, u32 scale_h2, u32 (&p)[4]) {
-  e2m1x8_to_f16x2_2m14(w, p);
+  sk_e2m1x8_to_f16x2_2m14(w, p);
   const __half2 s = *reinterpret_cast<const __half2*>(&scale_h2);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -163,7 +150,7 @@ SK_DEVICE void fp4_word_nvfp4(u32 w, u32 scale_h2, u32 (&p)[4]) {
 // MXFP4 codes word -> 4 bf16x2 pairs (same map) of value * 2^k (UE8M0 `scale`), exact: the
 // 2^-14 decode is undone in FP16 (exact), then the FP32 product is exact and fits BF16.
 SK_DEVICE void fp4_word_mxfp4(u32 w, float scale, u32 (&p)[4]) {
-  e2m1x8_to_f16x2_2m14(w, p);
+  sk_e2m1x8_to_f16x2_2m14(w, p);
   const __half2 two14 = __half2half2(__ushort_as_half((unsigned short)0x7400u));  // 2^14
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -195,22 +182,13 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
 
   // ---- grouped raster: blocks -> (m tile, n tile), 8 M-tiles per group ----
-  int tile_m, tile_n;
-  {
-    constexpr int kGroup = 8;
-    const int num_n = gridDim.x, num_m = gridDim.y;
-    const int pid = blockIdx.y * num_n + blockIdx.x;
-    const int per_group = kGroup * num_n;
-    const int first_m = (pid / per_group) * kGroup;
-    const int group_m = min(num_m - first_m, kGroup);
-    tile_m = first_m + (pid % per_group) % group_m;
-    tile_n = (pid % per_group) / group_m;
-  }
+  const int num_n = gridDim.x, num_m = gridDim.y, pid = blockIdx.y * num_n + blockIdx.x;
+  const int tile_m = sk_tiled_tile_m(pid, num_n, num_m), tile_n = sk_tiled_tile_n(pid, num_n, num_m);
   const int m0 = tile_m * BM, n0 = tile_n * BN;
 
   const long long row_bytes = RecipeTraits<RECIPE>::row_bytes(K);
   const int num_kb = K / BK;  // == K/128: also the fp32 scale columns of block_fp8
-  const int num_k_tiles = RECIPE == kNvfp4 ? K / 64 : K / 128;  // swizzled: ceil(K/vec/4)
+  const int num_k_tiles = sk_tiled_num_scale_k_tiles(RECIPE, K);
   const bool a_sc16 = (reinterpret_cast<unsigned long long>(a_scales) & 15ull) == 0;
   const bool b_sc16 = (reinterpret_cast<unsigned long long>(b_scales) & 15ull) == 0;
 
@@ -219,11 +197,12 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
   // the row step is a multiple of 4, so the FP8 swizzle and the chunk are the same for every c
   // and the shared offsets are base + immediate; only the global K offset moves per slab. Rows
   // past M / N read nothing (zero fill) from the operand's base address.
-  constexpr int kRowStep = kThreads / L::kChunks;
+  constexpr int kRowStep = sk_tiled_copy_row_step(RECIPE, kThreads);
   static_assert(kThreads % L::kChunks == 0 && kRowStep % 4 == 0, "producer row step");
-  constexpr int kCopiesA = (BM + kRowStep - 1) / kRowStep, kCopiesB = (BN + kRowStep - 1) / kRowStep;
-  const int cp_row = threadIdx.x / L::kChunks, cp_chunk = threadIdx.x % L::kChunks;
-  const u32 cp_dst = (u32)L::code_offset(cp_row, cp_chunk);
+  constexpr int kCopiesA = sk_tiled_copies(BM, kRowStep), kCopiesB = sk_tiled_copies(BN, kRowStep);
+  constexpr int kCopyDstStep = sk_tiled_copy_dst_step(RECIPE, kRowStep);
+  const int cp_row = sk_tiled_copy_row(RECIPE, threadIdx.x), cp_chunk = sk_tiled_copy_chunk(RECIPE, threadIdx.x);
+  const u32 cp_dst = (u32)sk_tiled_copy_dst(RECIPE, threadIdx.x);
   const u8* a_row_src = a_codes + (long long)(m0 + cp_row) * row_bytes + cp_chunk * 16;
   const u8* b_row_src = b_codes + (long long)(n0 + cp_row) * row_bytes + cp_chunk * 16;
   const long long cp_step_a = (long long)kRowStep * row_bytes;
@@ -236,7 +215,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
       const int r = cp_row + c * kRowStep;
       if (BM % kRowStep != 0 && r >= BM) break;
       const bool live = m0 + r < M;
-      cp_async_16(st + cp_dst + c * kRowStep * L::kRowBytes, live ? a_row_src + c * cp_step_a + kbyte : a_codes,
+      cp_async_16(st + cp_dst + c * kCopyDstStep, live ? a_row_src + c * cp_step_a + kbyte : a_codes,
                   live ? 16 : 0);
     }
 #pragma unroll
@@ -244,15 +223,13 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
       const int r = cp_row + c * kRowStep;
       if (BN % kRowStep != 0 && r >= BN) break;
       const bool live = n0 + r < N;
-      cp_async_16(st + L::kOffB + cp_dst + c * kRowStep * L::kRowBytes,
+      cp_async_16(st + L::kOffB + cp_dst + c * kCopyDstStep,
                   live ? b_row_src + c * cp_step_a + kbyte : b_codes, live ? 16 : 0);
     }
     if (RecipeTraits<RECIPE>::kSwizzledScales) {
       // The k-tiles of this slab for the 128-row block holding the tile: contiguous 512 B each.
-      const u8* sa = reinterpret_cast<const u8*>(a_scales) +
-                     ((long long)(m0 >> 7) * num_k_tiles + (long long)kb * L::kScaleKTiles) * 512;
-      const u8* sb = reinterpret_cast<const u8*>(b_scales) +
-                     ((long long)(n0 >> 7) * num_k_tiles + (long long)kb * L::kScaleKTiles) * 512;
+      const u8* sa = reinterpret_cast<const u8*>(a_scales) + sk_tiled_scale_src_offset(RECIPE, m0, kb, num_k_tiles);
+      const u8* sb = reinterpret_cast<const u8*>(b_scales) + sk_tiled_scale_src_offset(RECIPE, n0, kb, num_k_tiles);
       copy_block_async<kThreads>(st + L::kOffScaleA, sa, L::kScaleA, a_sc16);
       copy_block_async<kThreads>(st + L::kOffScaleB, sb, L::kScaleB, b_sc16);
     } else if (RECIPE == kBlockFp8) {
@@ -324,31 +301,31 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
         for (int h = 0; h < 2; ++h) {
           const int r128 = (m0 & 127) + a_row0 + 16 * i + 8 * h;
           if (RECIPE == kNvfp4) {
-            const u32 two = *reinterpret_cast<const u16*>(scA + (t >> 1) * 512 + swz_in_tile(r128, 2 * (t & 1)));
+            const u32 two = *reinterpret_cast<const u16*>(scA + sk_tiled_nvfp4_scale_offset(r128, t));
             sa_h2[i][h][0] = ue4m3_to_f16x2(two & 0xFFu);
             sa_h2[i][h][1] = ue4m3_to_f16x2(two >> 8);
           } else {
-            sa_f[i][h] = decode_block_scale<RECIPE>(scA[swz_in_tile(r128, t)]);
+            sa_f[i][h] = decode_block_scale<RECIPE>(scA[sk_tiled_mxfp4_scale_offset(r128, t)]);
           }
         }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int r128 = (n0 & 127) + b_row0 + 8 * j;
         if (RECIPE == kNvfp4) {
-          const u32 two = *reinterpret_cast<const u16*>(scB + (t >> 1) * 512 + swz_in_tile(r128, 2 * (t & 1)));
+          const u32 two = *reinterpret_cast<const u16*>(scB + sk_tiled_nvfp4_scale_offset(r128, t));
           sb_h2[j][0] = ue4m3_to_f16x2(two & 0xFFu);
           sb_h2[j][1] = ue4m3_to_f16x2(two >> 8);
         } else {
-          sb_f[j] = decode_block_scale<RECIPE>(scB[swz_in_tile(r128, t)]);
+          sb_f[j] = decode_block_scale<RECIPE>(scB[sk_tiled_mxfp4_scale_offset(r128, t)]);
         }
       }
 
       // Word w (elements 8w..8w+7 of the lane's chunk) decodes to 4 pairs p[k] = {8w+k, 8w+k+4}
-      // (e2m1x8_to_f16x2_2m14: integer ops only, no lookup), which feed two k16 MMAs: p[0]/p[1]
+      // (sk_e2m1x8_to_f16x2_2m14: integer ops only, no lookup), which feed two k16 MMAs: p[0]/p[1]
       // are slot pairs 2t / 2t+8 of the first, p[2]/p[3] of the second. A and B share the map.
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
-        const int hi16 = w >> 1;  // nvfp4: words 0, 1 = elements 0..15, words 2, 3 = 16..31
+        const int hi16 = sk_tiled_nvfp4_scale_byte(w);  // nvfp4: words 0, 1 = elements 0..15, 2, 3 = 16..31
         u32 bp[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -365,10 +342,12 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
           }
 #pragma unroll
           for (int k2 = 0; k2 < 2; ++k2) {
-            const u32 af[4] = {ap[0][2 * k2], ap[1][2 * k2], ap[0][2 * k2 + 1], ap[1][2 * k2 + 1]};
+#define SK_TILED_AF(r) ap[sk_tiled_fp4_a_row_half(r)][sk_tiled_fp4_a_pair(k2, r)]
+            const u32 af[4] = {SK_TILED_AF(0), SK_TILED_AF(1), SK_TILED_AF(2), SK_TILED_AF(3)};
+#undef SK_TILED_AF
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-              const u32 bf[2] = {bp[j][2 * k2], bp[j][2 * k2 + 1]};
+              const u32 bf[2] = {bp[j][sk_tiled_fp4_b_pair(k2, 0)], bp[j][sk_tiled_fp4_b_pair(k2, 1)]};
               if (RECIPE == kNvfp4) mma_f16_m16n8k16(acc[i][j], af, bf);
               else mma_bf16_m16n8k16(acc[i][j], af, bf);
             }
@@ -387,13 +366,13 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
         for (int i = 0; i < MT; ++i)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            sa_w[i][h] = *reinterpret_cast<const u32*>(scA + swz_in_tile((m0 & 127) + a_row0 + 16 * i + 8 * h, 0));
+            sa_w[i][h] = *reinterpret_cast<const u32*>(scA + sk_tiled_swz_in_tile((m0 & 127) + a_row0 + 16 * i + 8 * h, 0));
         // Columns of this lane's accumulators: wn*WN + 8j + 2t + e.
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            sb_w[j][e] = *reinterpret_cast<const u32*>(scB + swz_in_tile((n0 & 127) + wn * WN + 8 * j + 2 * t + e, 0));
+            sb_w[j][e] = *reinterpret_cast<const u32*>(scB + sk_tiled_swz_in_tile((n0 & 127) + wn * WN + 8 * j + 2 * t + e, 0));
       }
       // Unrolled so the next block's fragment loads and conversions overlap this block's MMAs:
       // fully for tensor_fp8 (no temporaries), by 2 for mxfp8/block_fp8 (fully unrolled, all 4
@@ -409,7 +388,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
               for (int e = 0; e < 4; ++e) tmp[i][j][e] = 0.0f;
         }
         // Lane t: bytes 32*blk + 8t .. +7 = chunk 2*blk + t/2, half t%2.
-        const int ch = 2 * blk + (t >> 1), half = (t & 1) * 8;
+        const int ch = sk_tiled_fp8_chunk(blk, t), half = sk_tiled_fp8_half(t);
 #if SK_TILED_FP8_NATIVE
         u32 bf[NT][2];
 #pragma unroll

@@ -11,6 +11,7 @@
 
 #include "../../../kernel_src/gemm/decode_schedule.cuh" /* plain C11 as well: the decode grid */
 #include "../../../kernel_src/gemm/sm120_layout.cuh" /* plain C11 as well: the SM120 smem formula */
+#include "../../../kernel_src/gemm/tiled_layout.cuh"  /* plain C11 as well: the tiled smem formula */
 #include "../../embedded.h"
 #include "../../op.h"
 #include "../quantization/quant_common.h"
@@ -199,12 +200,9 @@ static tile_cfg tiled_config(int64_t m, int64_t n) {
   if (sk_cdiv(m, 128) * sk_cdiv(n, 128) >= sms) return (tile_cfg){128, 128, 128, 2, 4, 3};
   return (tile_cfg){128, 64, 128, 2, 2, 3};
 }
-/* Mirror of sk::gemm::mma_tiled_smem_bytes. */
+/* BK is 128 (sk_tiled_smem_bytes assumes it; the kernel asserts it). */
 static unsigned tiled_smem_bytes(sk_gemm_recipe r, tile_cfg t) {
-  const unsigned row_bytes = (unsigned)(recipe_fp4(r) ? t.bk / 2 : t.bk);
-  const unsigned sa = r == SK_GEMM_NVFP4 ? 1024u : r <= SK_GEMM_MXFP8 ? 512u : r == SK_GEMM_BLOCK_FP8 ? 4u * (unsigned)t.bm : 0u;
-  const unsigned sb = r == SK_GEMM_NVFP4 ? 1024u : r <= SK_GEMM_MXFP8 ? 512u : r == SK_GEMM_BLOCK_FP8 ? 16u : 0u;
-  return (unsigned)t.stages * ((unsigned)(t.bm + t.bn) * row_bytes + sa + sb);
+  return (unsigned)sk_tiled_smem_bytes((int)r, t.bm, t.bn, t.stages);
 }
 
 enum { PATH_DECODE = 0, PATH_TILED = 1, PATH_SM120 = 2, PATH_FUSED = 3 };
