@@ -849,14 +849,7 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
   const int warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int y_warps = writes_outputs ? kWarps - 1 : kWarps;
   if (warp >= y_warps) {
-    if (lane == 0) {
-      float c[kStreams][kStreams];
-      compute_token_comb<HIDDEN>(reduced, hc_scale, hc_base, sinkhorn_iters, rms_eps, hc_eps, c);
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i)
-        *reinterpret_cast<float4*>(comb + kStreams * (kStreams * token + i)) =
-            make_float4(c[i][0], c[i][1], c[i][2], c[i][3]);
-    }
+    if (lane == 0) store_token_comb<HIDDEN>(reduced, hc_scale, hc_base, sinkhorn_iters, rms_eps, hc_eps, comb, token);
     return;
   }
 
@@ -963,14 +956,7 @@ SK_DEVICE void fused_decode_finalize(const uint4 (&streams)[STAGED], const float
   __syncwarp();
 
   if (comb_waiter) {
-    if (lane == 0) {
-      float c[kStreams][kStreams];
-      compute_token_comb<HIDDEN>(reduced, hc_scale, hc_base, sinkhorn_iters, rms_eps, hc_eps, c);
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i)
-        *reinterpret_cast<float4*>(comb + kStreams * (kStreams * token + i)) =
-            make_float4(c[i][0], c[i][1], c[i][2], c[i][3]);
-    }
+    if (lane == 0) store_token_comb<HIDDEN>(reduced, hc_scale, hc_base, sinkhorn_iters, rms_eps, hc_eps, comb, token);
   } else {
     if (lane == 0) {
       const TokenGates g = compute_token_gates<HIDDEN, NormWeightTraits<NormWeight>::kFused>(

@@ -125,5 +125,17 @@ SK_DEVICE void compute_token_comb(const float* reduced, const float* __restrict_
   for (int round = 1; round < sinkhorn_iters; ++round) sinkhorn_round<false>(c, hc_eps);
 }
 
+// compute_token_comb, stored as token `token`'s 4 rows of comb (one float4 per row).
+template <int HIDDEN>
+SK_DEVICE void store_token_comb(const float* reduced, const float* __restrict__ hc_scale,
+                                const float* __restrict__ hc_base, int sinkhorn_iters, float rms_eps, float hc_eps,
+                                float* __restrict__ comb, int token) {
+  float c[kStreams][kStreams];
+  compute_token_comb<HIDDEN>(reduced, hc_scale, hc_base, sinkhorn_iters, rms_eps, hc_eps, c);
+#pragma unroll
+  for (int i = 0; i < kStreams; ++i)
+    *reinterpret_cast<float4*>(comb + kStreams * (kStreams * token + i)) = make_float4(c[i][0], c[i][1], c[i][2], c[i][3]);
+}
+
 }  // namespace mhc
 }  // namespace sk
