@@ -106,6 +106,20 @@ Test(mhc_ops, sk_warm_builds_mhc_entries_and_rejects_bad_caps, .init = setup, .f
   cr_assert_eq(tu_run(argv2, NULL, NULL), 2);
 }
 
+/* Binds run_pre of an offline plan (no norm weight) on fake device tensors of T tokens. */
+static void bind_pre_offline(const sk_mhc_plan *p, int64_t t, int64_t h, sk_binding *b) {
+  sk_scratch_spec spec;
+  cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
+  int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfnp[2] = {24, h}, s3[1] = {3},
+          s24[1] = {24};
+  DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
+           hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24),
+           ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx),
+           po = tu_fake_device_tensor(0x900000, F32, 2, sp), co = tu_fake_device_tensor(0x910000, F32, 3, sc);
+  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, (void *)0xa00000, spec.bytes, b), SK_OK,
+               "%s", sk_last_error_message());
+}
+
 /* SPARKINFER_MHC_SCALAR_MAX_T (the T up to which pre / post_pre take the scalar partial kernels)
  * is validated and read when the plan is made: a bad value set after plan_create changes nothing. */
 Test(mhc_ops, scalar_crossover_env_is_validated_at_plan_time, .init = setup, .fini = teardown) {
@@ -124,17 +138,8 @@ Test(mhc_ops, scalar_crossover_env_is_validated_at_plan_time, .init = setup, .fi
     setenv("SPARKINFER_MHC_SCALAR_MAX_T", good[i], 1);
     cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", good[i], sk_last_error_message());
     setenv("SPARKINFER_MHC_SCALAR_MAX_T", "junk", 1); /* not read again by bind or run */
-    sk_scratch_spec spec;
-    cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
-    int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfnp[2] = {24, h}, s3[1] = {3},
-            s24[1] = {24};
-    DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
-             hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24),
-             ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx),
-             po = tu_fake_device_tensor(0x900000, F32, 2, sp), co = tu_fake_device_tensor(0x910000, F32, 3, sc);
     sk_binding b;
-    cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, (void *)0xa00000, spec.bytes, &b), SK_OK,
-                 "%s", sk_last_error_message());
+    bind_pre_offline(p, t, h, &b);
     cr_assert_neq(sk_mhc_run(p, &b, NULL), SK_OK, "no kernel is loaded without a GPU");
     cr_assert_null(strstr(sk_last_error_message(), "SPARKINFER_MHC_SCALAR_MAX_T"), "%s", sk_last_error_message());
     sk_mhc_plan_destroy(p);
@@ -155,17 +160,8 @@ Test(mhc_ops, fused_decode_env_is_validated_and_offline_plans_do_not_fuse, .init
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     setenv("SPARKINFER_MHC_FUSED_DECODE", good[i], 1);
     cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", good[i], sk_last_error_message());
-    sk_scratch_spec spec;
-    cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
-    int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfnp[2] = {24, h}, s3[1] = {3},
-            s24[1] = {24};
-    DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
-             hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24),
-             ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx),
-             po = tu_fake_device_tensor(0x900000, F32, 2, sp), co = tu_fake_device_tensor(0x910000, F32, 3, sc);
     sk_binding b;
-    cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, (void *)0xa00000, spec.bytes, &b), SK_OK,
-                 "%s", sk_last_error_message());
+    bind_pre_offline(p, t, h, &b);
     cr_assert_eq(b.dim[5], 0, "an offline plan has no CTA slots to fuse into");
     sk_mhc_plan_destroy(p);
   }
