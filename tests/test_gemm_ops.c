@@ -132,14 +132,21 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   free(dir);
 }
 
-Test(gemm_ops, prefill_tile_override_is_validated) {
+/* A malformed tuning variable makes sk_gemm_mm (tensor_fp8, M x 256 x 512) fail with
+ * SK_ERR_INVALID_ARGUMENT naming it, before anything is resolved or launched. */
+static void expect_env_refused(const char *var, const char *value, int64_t m) {
   setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
-  setenv("SPARKINFER_GEMM_PREFILL_TILE", "128,100,2,4,3", 1);
-  const int64_t m = 64, n = 256, k = 512;
+  setenv(var, value, 1);
+  const int64_t n = 256, k = 512;
   int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
-  DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s), c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);
+  DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s),
+           c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);
   cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a, NULL, &b, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_PREFILL_TILE"), "%s", sk_last_error_message());
+  cr_assert(strstr(sk_last_error_message(), var), "%s", sk_last_error_message());
+}
+
+Test(gemm_ops, prefill_tile_override_is_validated) {
+  expect_env_refused("SPARKINFER_GEMM_PREFILL_TILE", "128,100,2,4,3", 64);
 }
 
 Test(gemm_ops, mxfp8_linear_prewarm_resolves_every_kernel_offline) {
@@ -163,13 +170,7 @@ Test(gemm_ops, mxfp8_linear_prewarm_resolves_every_kernel_offline) {
 
 Test(gemm_ops, decode_override_is_validated) {
   /* ROW_TILES must be 1, 2 or 4: 3 is refused with the variable named, nothing launched. */
-  setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
-  setenv("SPARKINFER_GEMM_DECODE", "3,4,2", 1);
-  const int64_t m = 1, n = 256, k = 512;
-  int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
-  DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s), c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);
-  cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a, NULL, &b, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_DECODE"), "%s", sk_last_error_message());
+  expect_env_refused("SPARKINFER_GEMM_DECODE", "3,4,2", 1);
 }
 
 /* The stream-K split of gemm/decode_schedule.cuh, walked as the kernel walks it: every unit is
@@ -270,13 +271,7 @@ Test(gemm_ops, decode_override_streamk_ctas_per_sm) {
 }
 
 Test(gemm_ops, decode_override_bad_schedule_is_refused) {
-  setenv("SPARKINFER_CACHE_DISABLE", "1", 1);
-  setenv("SPARKINFER_GEMM_DECODE", "2,4,3,roundrobin", 1);
-  const int64_t m = 1, n = 256, k = 512;
-  int64_t a_s[2] = {m, k}, b_s[2] = {n, k}, c_s[2] = {m, n};
-  DLTensor a = tu_fake_device_tensor(0x100000, U8, 2, a_s), b = tu_fake_device_tensor(0x200000, U8, 2, b_s), c = tu_fake_device_tensor(0x300000, BF16, 2, c_s);
-  cr_assert_eq(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &a, NULL, &b, NULL, NULL, &c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_GEMM_DECODE"), "%s", sk_last_error_message());
+  expect_env_refused("SPARKINFER_GEMM_DECODE", "2,4,3,roundrobin", 1);
 }
 
 Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
