@@ -15,7 +15,6 @@
  * boundary input pair and many random inputs. */
 #include <criterion/criterion.h>
 #include <fenv.h>
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +23,6 @@
 #include "ref/skref.h"
 /* The kernels' fast software E2M1 encoder, the very code (C/C++ common subset). */
 #include "../kernel_src/common/e2m1_fast.cuh"
-/* The row quantizers' unit helpers (sk_qsplit_unit_scales_start), the very code. */
-#include "../kernel_src/quantization/split.cuh"
 
 /* ---- PTX cvt emulation ----------------------------------------------------------------------- */
 /* Round |x| to a multiple of `spacing` (a power of two), ties to even multiple; exact in double. */
@@ -532,152 +529,4 @@ Test(emulation, nvfp4_fast_blocks_equal_reference, .init = init) {
   }
   cr_assert_eq(bad, 0);
   cr_assert(fast > 120000, "many blocks must take the fast path (%u)", fast);
-}
-
-/* ---- one warp of an NVFP4 unit, software E2M1 (nvfp4_rows' unit step) --------------------------
- * 32 lanes x 4 chunks (rows r, r+32, r+64, r+96); the block of chunk j is the lane pair (2p, 2p+1).
- * Modelled as the kernel runs it: absmax2_pair (PTX max.NaN.xorsign.abs.{bf16x2,f16x2} on the raw
- * words, the two chunks' maxima packed by prmt into one word and max-ed with the partner lane's),
- * the unmasked scale from gs_scale, the eff table, one vote for the warp's 64 blocks, the fast
- * codes; the scale word from sk_qsplit_unit_scales_start (the kernel's own helper); a warp that
- * fails the vote takes the per-chunk path, which is the reference (GPU-checked before the unit
- * path existed) and ORs its bytes into that word. Inputs: blocks with NaN, +-Inf, NaN-only blocks,
- * specials in both chunks that share a shuffle, FP16 and BF16. */
-static uint16_t absmax_nan_half(uint16_t a, uint16_t b, skref_dtype dt) {
-  const float fa = skref_half_to_float(a, dt), fb = skref_half_to_float(b, dt);
-  const uint16_t sign = (uint16_t)((a ^ b) & 0x8000u);
-  if (isnan(fa) || isnan(fb)) return (uint16_t)(0x7FFFu | sign); /* canonical NaN */
-  return (uint16_t)((fabsf(fa) >= fabsf(fb) ? a : b) & 0x7FFFu) | sign;
-}
-static uint32_t absmax2_nan(uint32_t a, uint32_t b, skref_dtype dt) {
-  return absmax_nan_half((uint16_t)a, (uint16_t)b, dt) | (uint32_t)absmax_nan_half((uint16_t)(a >> 16), (uint16_t)(b >> 16), dt) << 16;
-}
-static uint32_t absmax2_chunk(const uint32_t w[4], skref_dtype dt) {
-  return absmax2_nan(absmax2_nan(w[0], w[1], dt), absmax2_nan(w[2], w[3], dt), dt);
-}
-
-static unsigned unit_fast_scale(float amax, float gs_scale) {
-  return skref_e4m3_encode(fminf(gs_scale * (amax * SKREF_NVFP4_RCP6), 448.0f)); /* fminf: min.f32 */
-}
-static float unit_eff(unsigned scale, float gs_recip) {
-  return scale == 0 ? 0.0f : 1.0f / ((float)skref_e4m3_decode((uint8_t)scale) * gs_recip);
-}
-
-/* raw[lane][j][8]: lane's chunk j. Returns the number of mismatching blocks; *fast: the vote. */
-static unsigned check_unit_warp(uint16_t raw[32][4][8], skref_dtype dt, float gs, int *fast_out, unsigned n) {
-  uint32_t w[32][4][4], m[32][2];
-  for (int l = 0; l < 32; l++)
-    for (int j = 0; j < 4; j++)
-      for (int i = 0; i < 4; i++) w[l][j][i] = raw[l][j][2 * i] | (uint32_t)raw[l][j][2 * i + 1] << 16;
-  for (int l = 0; l < 32; l++)
-    for (int h = 0; h < 2; h++) { /* absmax2_pair(raw[2h], raw[2h+1]) before the shuffle */
-      const uint32_t ma = absmax2_chunk(w[l][2 * h], dt), mb = absmax2_chunk(w[l][2 * h + 1], dt);
-      m[l][h] = absmax2_nan(sk_prmt(ma, mb, 0x5410u), sk_prmt(ma, mb, 0x7632u), dt);
-    }
-  const float gs_scale = gs != 0.0f ? gs : 0.0f, gs_recip = gs != 0.0f ? 1.0f / gs : 0.0f;
-  unsigned fast_scales[32];
-  float eff[32][4];
-  int vote = 1;
-  for (int l = 0; l < 32; l++) {
-    fast_scales[l] = 0;
-    for (int h = 0; h < 2; h++) {
-      const uint32_t mm = absmax2_nan(m[l][h], m[l ^ 1][h], dt); /* __shfl_xor_sync(.., 1) */
-      for (int k = 0; k < 2; k++) {
-        const int j = 2 * h + k;
-        const float amax = fabsf(skref_half_to_float((uint16_t)(mm >> (16 * k)), dt));
-        const unsigned scale = unit_fast_scale(amax, gs_scale);
-        eff[l][j] = unit_eff(scale, gs_recip);
-        vote &= amax * eff[l][j] < 7.0f;
-        fast_scales[l] |= scale << (8 * j);
-      }
-    }
-  }
-  *fast_out = vote;
-  unsigned bad = 0;
-  for (int l = 0; l < 32; l++) {
-    unsigned scales = sk_qsplit_unit_scales_start(vote, fast_scales[l], 1);
-    uint8_t want_codes[4][8], want_scale[4], codes[4][4];
-    for (int j = 0; j < 4; j++) {
-      float x[16];
-      for (int i = 0; i < 16; i++) x[i] = skref_half_to_float(raw[(l & ~1) + i / 8][j][i % 8], dt);
-      want_scale[j] = skref_nvfp4_quantize_block(x, gs, want_codes[j]);
-      if (!vote) {
-        scales |= (unsigned)want_scale[j] << (8 * j); /* the per-chunk (general) path */
-        memcpy(codes[j], want_codes[j] + 4 * (l & 1), 4);
-      } else {
-        float q[8];
-        for (int i = 0; i < 8; i++) q[i] = skref_half_to_float(raw[l][j][i], dt) * eff[l][j];
-        const uint32_t word = sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q),
-                                                    sk_sign_nibbles8(w[l][j][0], w[l][j][1], w[l][j][2], w[l][j][3]));
-        memcpy(codes[j], &word, 4);
-      }
-    }
-    for (int j = 0; j < 4; j++) {
-      const unsigned got = (scales >> (8 * j)) & 0xFFu;
-      if (got != want_scale[j] || memcmp(codes[j], want_codes[j] + 4 * (l & 1), 4)) {
-        static unsigned printed;
-        bad++;
-        if (printed++ < 8)
-          fprintf(stderr, "unit warp %u (%s, gs %a, vote %d) lane %d chunk %d: scale 0x%02x, want 0x%02x%s\n", n,
-                  dt == SKREF_FP16 ? "fp16" : "bf16", gs, vote, l, j, got, want_scale[j],
-                  memcmp(codes[j], want_codes[j] + 4 * (l & 1), 4) ? ", codes differ" : "");
-      }
-    }
-  }
-  return bad;
-}
-
-static uint16_t special_value(skref_rng *rng, skref_dtype dt) {
-  static const uint16_t bf16[] = {0x7FC0, 0xFFC0, 0x7F81, 0xFFBF, 0x7F80, 0xFF80};
-  static const uint16_t fp16[] = {0x7E00, 0xFE00, 0x7C01, 0xFDFF, 0x7C00, 0xFC00};
-  const unsigned k = (unsigned)skref_rng_below(rng, 6); /* 4 NaNs (quiet, signalling), +-Inf */
-  return dt == SKREF_FP16 ? fp16[k] : bf16[k];
-}
-
-Test(emulation, nvfp4_unit_warps_with_specials_equal_reference, .init = init) {
-  skref_rng rng;
-  skref_rng_seed(&rng, skref_test_seed("emulation.unit_warps"));
-  static const float given[] = {1.0f, 448.0f, 0.037f, 0.0f, -0.0f, -3.0f, 1e30f, 1e-30f, INFINITY, NAN};
-  const int ngiven = (int)(sizeof given / sizeof given[0]);
-  static uint16_t raw[32][4][8];
-  unsigned bad = 0, fast = 0, general = 0, bad_warps = 0;
-  for (unsigned n = 0; n < 6000; n++) {
-    const skref_dtype dt = (skref_dtype)(n & 1);
-    uint16_t *flat = &raw[0][0][0];
-    switch ((n / 2) % 3) {
-      case 0: skref_fill_normal(&rng, flat, 32 * 4 * 8, dt, 1.0f, 0.01, 50.0f); break;
-      case 1: skref_fill_wide_range(&rng, flat, 32 * 4 * 8, dt); break;
-      default: skref_fill_normal(&rng, flat, 32 * 4 * 8, dt, dt == SKREF_FP16 ? 1e-4f : 1e-30f, 0.05, 1e3f); break;
-    }
-    const int l = (int)skref_rng_below(&rng, 32), j = (int)skref_rng_below(&rng, 4), i = (int)skref_rng_below(&rng, 8);
-    switch ((n / 6) % 6) {
-      case 0: break; /* no specials: the vote passes for ordinary gs */
-      case 1: raw[l][j][i] = special_value(&rng, dt); break; /* one NaN or Inf */
-      case 2: /* both chunks of one shuffle: chunk j and j ^ 1, same or partner lane */
-        raw[l][j][i] = special_value(&rng, dt);
-        raw[l ^ (int)skref_rng_below(&rng, 2)][j ^ 1][(i + 3) % 8] = special_value(&rng, dt);
-        break;
-      case 3: /* a block of only NaNs (and zeros): reference scale 0 */
-        for (int k = 0; k < 16; k++)
-          raw[(l & ~1) + k / 8][j][k % 8] = k % 3 ? special_value(&rng, dt) & 0xFFFEu : 0;
-        for (int k = 0; k < 16; k++)
-          if ((raw[(l & ~1) + k / 8][j][k % 8] & 0x7FFFu) == (dt == SKREF_FP16 ? 0x7C00u : 0x7F80u))
-            raw[(l & ~1) + k / 8][j][k % 8] |= 1u; /* Inf -> NaN */
-        break;
-      case 4: raw[l][j][i] = special_value(&rng, dt) | 0x7FFFu; raw[l ^ 1][j][i] = special_value(&rng, dt); break;
-      default: skref_sprinkle_specials(&rng, flat, 32 * 4 * 8, dt, 0.01); break;
-    }
-    float amax = 0.0f;
-    for (int k = 0; k < 32 * 4 * 8; k++) {
-      const float v = fabsf(skref_half_to_float(flat[k], dt));
-      if (v > amax && v <= FLT_MAX) amax = v;
-    }
-    const float gs = n % 4 == 3 ? given[(n / 4) % ngiven] : skref_nvfp4_global_scale_from_amax(amax);
-    int vote;
-    const unsigned b = check_unit_warp(raw, dt, gs, &vote, n);
-    bad += b, bad_warps += b != 0;
-    fast += vote, general += !vote;
-  }
-  cr_assert_eq(bad, 0, "%u blocks in %u warps differ", bad, bad_warps);
-  cr_assert(fast > 600 && general > 3000, "both paths must be taken (fast %u, general %u)", fast, general);
 }

@@ -359,13 +359,12 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       if constexpr (!(CVT == kCvtHardware && SK_HAS_CVT_E2M1X2)) {
         if (walk.warp_all_rows()) {  // warp-uniform: every row of the warp's four chunks exists
           float eff[kQuantChunksPerThread];
-          u32 fast_scales;
-          done = nvfp4_unit_scales_fast<T, CVT>(walk.raw, gs_scale, eff_of_scale, eff, fast_scales);
-          scales = sk_qsplit_unit_scales_start(done, fast_scales, walk.col_exists);
+          done = nvfp4_unit_scales_fast<T, CVT>(walk.raw, gs_scale, eff_of_scale, eff, scales);
           if (done) {
 #pragma unroll
             for (int j = 0; j < kQuantChunksPerThread; j++)
               walk.store_values_all_rows(j, nvfp4_encode8_fast<T>(walk.raw[j], eff[j]));
+            if (!walk.col_exists) scales = 0;
           }
         }
       }

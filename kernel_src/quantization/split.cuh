@@ -89,15 +89,6 @@ SK_QSPLIT_FN int sk_qsplit_warp_all_rows(unsigned warp_rows, int bc) {
   return 3u * SK_QSPLIT_GROUP_ROWS + 32u / (unsigned)sk_qsplit_tile_chunks(bc) <= warp_rows;
 }
 
-// The scale word (byte j: chunk j) a lane of an NVFP4 unit starts from after the unit fast path's
-// vote (nvfp4_rows): the fast path's bytes if the warp passed (0 where the lane's column does not
-// exist), else 0, into which the general path ORs its chunks' bytes. Never the abandoned fast
-// attempt's bytes: those of a block with a NaN or Inf are 0x7E (sf = min(NaN, 448) = 448), and
-// OR-ed into the general path's byte they corrupt it (tests/test_quant_emulation.c runs this).
-SK_QSPLIT_FN unsigned sk_qsplit_unit_scales_start(int warp_fast, unsigned fast_scales, int col_exists) {
-  return warp_fast && col_exists ? fast_scales : 0u;
-}
-
 // Byte offset of scale (row, kcol) in the 128x4 swizzled layout (common/scale_layout.cuh), with
 // shifts and masks (the in-CTA mode's per-chunk store).
 SK_QSPLIT_FN long long sk_qsplit_swizzled_offset(unsigned row, unsigned kcol, unsigned k_tiles) {
