@@ -81,15 +81,6 @@ struct UnitWalk {
   // Some lane of this warp has a row of chunk j below M (warp-uniform): else the warp skips it.
   SK_DEVICE bool warp_has(int j) const { return j * kGroupRows < warp_rows; }
 
-  // Every row of this warp's chunks is below M (warp-uniform): then chunk j exists iff col_exists.
-  SK_DEVICE bool warp_all_rows() const { return sk_qsplit_warp_all_rows(warp_rows, BLOCK_CHUNKS); }
-  // Store chunk j's values in a warp_all_rows() unit (if its column exists).
-  template <typename V>
-  SK_DEVICE void store_values_all_rows(int j, const V& v) const {
-    static_assert(sizeof(V) == VALUE_BYTES, "one chunk of values");
-    if (col_exists) *reinterpret_cast<V*>(values + j * value_group_stride) = v;
-  }
-
   // Load the unit's chunks (zeros where they do not exist).
   SK_DEVICE void load() {
     const T* p = x;
@@ -110,12 +101,8 @@ struct UnitWalk {
     const u32 w = __byte_perm(a, __shfl_xor_sync(0xFFFFFFFFu, a, BLOCK_CHUNKS), sel_b);
     if (!leader) return;
     // w: row row + 32 block, scale columns 4kt..4kt+3.
-    if constexpr ((LAYOUT & kScalesSwizzled) != 0) {
-      if constexpr (sk_qsplit_slabs_per_band(BLOCK_CHUNKS) == 1)
-        *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_unit_word(unit.i, thread_row, block)) = w;
-      else
-        *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_word(row, kt, k_tiles, block)) = w;
-    }
+    if constexpr ((LAYOUT & kScalesSwizzled) != 0)
+      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_word(row, kt, k_tiles, block)) = w;
     if constexpr ((LAYOUT & kScalesRowMajor) != 0) {
       const u32 r = row + block * kGroupRows;
       if (r < M) {

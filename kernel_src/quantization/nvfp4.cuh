@@ -58,8 +58,7 @@
 // exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
 // them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
 // value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
-// signs; warps whose four chunks all exist vote once per unit (nvfp4_unit_scales_fast); the
-// block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs;
+// signs; the block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs;
 // 1 / (e4m3(scale) / gs) is looked up in a per-CTA table of the 256 scale bytes (no division
 // per block).
 #pragma once
@@ -185,17 +184,6 @@ SK_DEVICE u32 nvfp4_scale_bits(float amax, float gs, u32 scale_mask) {
   return u32(float_to_e4m3<CVT>(min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f))) & scale_mask;
 }
 
-// The codes of a chunk whose block passed nvfp4_unit_scales_fast (or nvfp4_quantize_chunk's test).
-// eff == 0 needs no special case: x is finite, so every q is +-0 and encodes as 0.
-template <typename T>
-SK_DEVICE u32 nvfp4_encode8_fast(const uint4& raw, float eff) {
-  float v[8], q[8];
-  widen8<T>(raw, v);
-#pragma unroll
-  for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
-  return sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q), sk_sign_nibbles8(raw.x, raw.y, raw.z, raw.w));
-}
-
 // One chunk's result: its eight E2M1 codes and its block's E4M3 scale.
 struct Nvfp4Chunk {
   u32 packed, scale;
@@ -225,7 +213,14 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_
     scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
     const float eff = eff_of_scale[scale];
     general = !__all_sync(0xFFFFFFFFu, mul_rn(amax, eff) < 7.0f);  // false for NaN
-    if (!general) packed = nvfp4_encode8_fast<T>(raw, eff);
+    if (!general) {
+      float q[8];
+#pragma unroll
+      for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
+      // eff == 0 needs no special case here: x is finite, so every q is +-0 and encodes as 0.
+      packed = sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q),
+                                     sk_sign_nibbles8(raw.x, raw.y, raw.z, raw.w));
+    }
   }
   if (general) {
     // max.f32 drops NaN and keeps Inf: the reference's "max |x| over the non-NaN x" (signalling
@@ -238,57 +233,6 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_
     packed = nvfp4_quantize8<CVT>(v, eff_of_scale[scale]);
   }
   return {packed, scale};
-}
-
-// E4M3 scale byte of a block in the zero-extended low byte (hardware cvt: its upper byte is
-// e4m3(0) = 0, so no mask), without the gs == 0 mask: see nvfp4_quantize_unit_fast.
-template <int CVT>
-SK_DEVICE u32 nvfp4_scale_byte_unmasked(float amax, float gs) {
-  const float sf = min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f);
-  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2)
-    return u32(cvt_e4m3x2_hw(0.0f, sf));
-  else
-    return float_to_e4m3<CVT>(sf);
-}
-
-// The two block maxima [block of a, block of b] (16-bit halves) of two chunks a, b: each lane's
-// four words to one max per chunk, the lane pair's halves in one shuffle for both chunks.
-template <typename T>
-SK_DEVICE u32 absmax2_pair(const uint4& a, const uint4& b) {
-  const u32 ma = absmax2_nan<T>(absmax2_nan<T>(a.x, a.y), absmax2_nan<T>(a.z, a.w));
-  const u32 mb = absmax2_nan<T>(absmax2_nan<T>(b.x, b.y), absmax2_nan<T>(b.z, b.w));
-  const u32 m = absmax2_nan<T>(__byte_perm(ma, mb, 0x5410u), __byte_perm(ma, mb, 0x7632u));
-  return absmax2_nan<T>(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
-}
-
-// The scales of a unit's four chunks (software E2M1) when every block of the warp has
-// amax * eff < 7 (one vote for the four): then true, eff[j] and byte j of `scales` for chunk j,
-// whose codes nvfp4_encode8_fast gives. False when some block needs the general path. All 32
-// lanes call it. Per chunk the numbers of nvfp4_quantize_chunk's fast path, with:
-//  * the amax of two chunks per shuffle (absmax2_pair: max of magnitudes, NaN-propagating, in
-//    any order: the same value, or NaN, which fails the test);
-//  * no gs == 0 mask: gs_scale is gs with -0 made +0, and a block that passes the test has a
-//    finite amax, so sf = +0 * finite = +0 and its scale is 0, the masked value (a non-finite
-//    amax fails the test whatever the scale);
-//  * the scale bytes gathered with byte permutes (their upper bytes are 0).
-template <typename T, int CVT>
-SK_DEVICE bool nvfp4_unit_scales_fast(const uint4 (&raw)[4], float gs_scale, const float* eff_of_scale,
-                                      float (&eff)[4], u32& scales) {
-  const u32 m01 = absmax2_pair<T>(raw[0], raw[1]), m23 = absmax2_pair<T>(raw[2], raw[3]);
-  const float amax[4] = {fabs_f32(HalfType<T>::to_float(u16(m01 & 0xFFFFu))),
-                         fabs_f32(HalfType<T>::to_float(u16(m01 >> 16))),
-                         fabs_f32(HalfType<T>::to_float(u16(m23 & 0xFFFFu))),
-                         fabs_f32(HalfType<T>::to_float(u16(m23 >> 16)))};
-  u32 scale[4];
-  bool fast = true;
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    scale[j] = nvfp4_scale_byte_unmasked<CVT>(amax[j], gs_scale);
-    eff[j] = eff_of_scale[scale[j]];
-    fast = fast && mul_rn(amax[j], eff[j]) < 7.0f;  // false for NaN
-  }
-  scales = __byte_perm(__byte_perm(scale[0], scale[1], 0x0040u), __byte_perm(scale[2], scale[3], 0x0040u), 0x5410u);
-  return __all_sync(0xFFFFFFFFu, fast);
 }
 
 // Store chunk c of the row-major [M, K] view (c < M * cpr) by its index: the in-CTA mode, whose
@@ -351,31 +295,14 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     for (int s = threadIdx.x; s < 256; s += blockDim.x)
       eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
     __syncthreads();
-    // The fast unit path's global scale: -0 made +0 (nvfp4_quantize_unit_fast).
-    const float gs_scale = gs != 0.0f ? gs : 0.0f;
     while (more) {
       u32 scales = 0;  // byte j: chunk j's; 0 for padding (a zero chunk's scale is not 0 for every gs)
-      bool done = false;
-      if constexpr (!(CVT == kCvtHardware && SK_HAS_CVT_E2M1X2)) {
-        if (walk.warp_all_rows()) {  // warp-uniform: every row of the warp's four chunks exists
-          float eff[kQuantChunksPerThread];
-          done = nvfp4_unit_scales_fast<T, CVT>(walk.raw, gs_scale, eff_of_scale, eff, scales);
-          if (done) {
 #pragma unroll
-            for (int j = 0; j < kQuantChunksPerThread; j++)
-              walk.store_values_all_rows(j, nvfp4_encode8_fast<T>(walk.raw[j], eff[j]));
-            if (!walk.col_exists) scales = 0;
-          }
-        }
-      }
-      if (!done) {
-#pragma unroll
-        for (int j = 0; j < kQuantChunksPerThread; j++) {
-          if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
-            const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], gs, scale_mask, eff_of_scale);
-            walk.store_values(j, q.packed);
-            if (walk.exists(j)) scales |= q.scale << (8 * j);
-          }
+      for (int j = 0; j < kQuantChunksPerThread; j++) {
+        if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
+          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], gs, scale_mask, eff_of_scale);
+          walk.store_values(j, q.packed);
+          if (walk.exists(j)) scales |= q.scale << (8 * j);
         }
       }
       walk.store_scales(scales);

@@ -75,20 +75,6 @@ SK_QSPLIT_FN long long sk_qsplit_swizzled_word(unsigned row, unsigned kt, unsign
   return ((long long)(row / SK_QSPLIT_BAND_ROWS) * k_tiles + kt) * 512 + (row % SK_QSPLIT_GROUP_ROWS) * 16 + c * 4;
 }
 
-// The same for one slab per band (NVFP4: a unit is a whole 128-row tile of k-tile kt), where the
-// unit's index is (row / 128) * k_tiles + kt and row % 32 is the thread's row in its slab: the
-// unit's 512 bytes then start at unit * 512 (one multiply-add per unit for the store address).
-SK_QSPLIT_FN long long sk_qsplit_swizzled_unit_word(unsigned unit, unsigned thread_row, unsigned c) {
-  return (long long)unit * 512 + thread_row * 16 + c * 4;
-}
-
-// Every row of a warp's four chunks is below M, given warp_rows = rows from the warp's first row
-// of chunk 0 to M (a warp holds 32 / (4 bc) rows of each chunk): then chunk j of a lane exists
-// iff its column does.
-SK_QSPLIT_FN int sk_qsplit_warp_all_rows(unsigned warp_rows, int bc) {
-  return 3u * SK_QSPLIT_GROUP_ROWS + 32u / (unsigned)sk_qsplit_tile_chunks(bc) <= warp_rows;
-}
-
 // Byte offset of scale (row, kcol) in the 128x4 swizzled layout (common/scale_layout.cuh), with
 // shifts and masks (the in-CTA mode's per-chunk store).
 SK_QSPLIT_FN long long sk_qsplit_swizzled_offset(unsigned row, unsigned kcol, unsigned k_tiles) {
