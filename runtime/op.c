@@ -80,10 +80,17 @@ int sk_scratch_add(sk_scratch_layout *l, size_t bytes) {
   return l->count++;
 }
 
+int sk_scratch_add_counters(sk_scratch_layout *l, size_t bytes) {
+  const int r = sk_scratch_add(l, bytes);
+  if (r >= 0 && bytes) l->zero_once = 1;
+  return r;
+}
+
 /* Callers allocate with cudaMalloc, which guarantees 256-byte alignment: the spec asks for that
  * and adds the slack bind needs to start the views on a 1024-byte boundary. */
 sk_scratch_spec sk_scratch_spec_of(const sk_scratch_layout *l) {
-  sk_scratch_spec s = {l->total ? l->total + SK_SCRATCH_ALIGN - SK_SCRATCH_BASE_ALIGN : 0, SK_SCRATCH_BASE_ALIGN};
+  sk_scratch_spec s = {l->total ? l->total + SK_SCRATCH_ALIGN - SK_SCRATCH_BASE_ALIGN : 0, SK_SCRATCH_BASE_ALIGN,
+                       l->zero_once};
   return s;
 }
 

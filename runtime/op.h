@@ -44,9 +44,12 @@ typedef struct sk_scratch_layout {
   size_t offset[8], size[8];
   int count;
   size_t total;
+  int zero_once; /* some region holds counters that must start at zero (sk_scratch_spec.zero_once) */
 } sk_scratch_layout;
 /* Add a region; returns its index (or -1 and sets an error on overflow). */
 int sk_scratch_add(sk_scratch_layout *l, size_t bytes);
+/* Add a region of integer counters that runs leave at zero: the caller zeroes the scratch once. */
+int sk_scratch_add_counters(sk_scratch_layout *l, size_t bytes);
 sk_scratch_spec sk_scratch_spec_of(const sk_scratch_layout *l);
 /* Slice the caller's scratch into the layout's regions (views only). */
 sk_status sk_scratch_bind(const char *op, const sk_scratch_layout *l, void *scratch, size_t bytes, void **views);

@@ -285,6 +285,7 @@ Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
   sk_scratch_spec spec;
   cr_assert_eq(sk_block_fp8_linear_scratch_spec(p, &spec), SK_OK);
   cr_assert_geq(spec.bytes, (size_t)(300 * 1024 + 300 * 8 * 4));
+  cr_assert_eq(spec.zero_once, 1, "the decode GEMM's split-K counters live in the scratch");
   int64_t xs[2] = {100, 1024}, wc[2] = {640, 1024}, wsc[2] = {5, 8}, os[2] = {100, 640};
   DLTensor x = tu_fake_device_tensor(0x100000, BF16, 2, xs), w = tu_fake_device_tensor(0x200000, U8, 2, wc), ws = tu_fake_device_tensor(0x300000, F32, 2, wsc),
            o = tu_fake_device_tensor(0x400000, BF16, 2, os);

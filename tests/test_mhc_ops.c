@@ -47,6 +47,7 @@ Test(mhc_ops, offline_plan_binds_every_entry_point_and_rejects_bad_tensors, .ini
   cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
   /* The partial rows, then (from the next 1024-byte boundary) one u32 counter per token, + slack. */
   cr_assert_eq(spec.bytes, (size_t)(((tmax * (h / 256) * 144 + 1023) & ~1023) + tmax * 4 + 768));
+  cr_assert_eq(spec.zero_once, 1, "the fused decode kernels' arrival counters live in the scratch");
   int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
           s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
   DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), res = tu_fake_device_tensor(0x200000, BF, 3, sr), pp = tu_fake_device_tensor(0x300000, F32, 2, sp),

@@ -74,6 +74,7 @@ Test(quant_ops, offline_plan_binds_and_rejects_bad_tensors, .init = setup, .fini
   cr_assert_eq(sk_quant_scratch_spec(p, &spec), SK_OK);
   cr_assert_eq(spec.bytes, 4096u + 768u, "1024 fp32 amax partials + slack to a 1024-byte boundary");
   cr_assert_eq(spec.alignment, 256u);
+  cr_assert_eq(spec.zero_once, 0, "amax partials are rewritten by every run");
   const int64_t m = 200, k = 4096;
   int64_t xs[2] = {m, k}, vs[2] = {m, k / 2}, ss[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 16)}, rs[2] = {m, k / 16},
           gs[1] = {1};

@@ -142,7 +142,8 @@ SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps 
                                                  sk_block_fp8_linear_plan **plan);
 /** Scratch: the quantized activations (max_m*K codes, max_m*K/128 fp32 scales) and the decode
  *  split-K workspace. The caller zeroes it ONCE after allocating (the split-K counters must start
- *  at zero; every run leaves them at zero). */
+ *  at zero; every run leaves them at zero); spec->zero_once says so (1 whenever the workspace is
+ *  non-empty). */
 SK_API sk_status sk_block_fp8_linear_scratch_spec(const sk_block_fp8_linear_plan *plan, sk_scratch_spec *spec);
 /** Bind x bfloat16 [M, K] (1 <= M <= max_m), w_codes uint8 [N, K], w_scales float32
  *  [ceil(N/128), K/128], out [M, N] of caps.out, and the scratch. Views only. */

@@ -52,7 +52,7 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **plan)
 
 /** Scratch (needed by pre and post_pre): fp32 partials, max_tokens * (H/256) * 144 bytes, then
  *  from the next 1024-byte boundary one u32 arrival counter per token, max_tokens * 4 bytes (+
- *  alignment slack). The caller zeroes the scratch ONCE after allocating it (cudaMemset 0): the
+ *  alignment slack); spec->zero_once is 1. The caller zeroes the scratch ONCE after allocating it (cudaMemset 0): the
  *  fused decode launch (T <= the scalar crossover) needs its counters at zero, and every run
  *  leaves them at zero. The partial rows hold nothing between runs, but the counters must keep
  *  their zeros: another op may share the scratch only if it leaves the counter region untouched.

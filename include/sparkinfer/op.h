@@ -29,10 +29,14 @@ extern "C" {
 
 /** Device scratch a plan needs: the caller allocates at least `bytes` with `alignment` (256, which
  *  cudaMalloc/cuMemAlloc guarantee). Bind lays the op's regions out from the first 1024-byte
- *  boundary inside it (the slack is included in `bytes`). */
+ *  boundary inside it (the slack is included in `bytes`). When `zero_once` is 1 the op keeps
+ *  integer counters in the scratch between runs: the caller zeroes the whole scratch once after
+ *  allocating it (cudaMemset 0), before the first run, and every run leaves the counters at zero,
+ *  so the buffer is reused (and graph-replayed) without further zeroing. */
 typedef struct sk_scratch_spec {
   size_t bytes;      /**< 0 when the op needs no scratch */
   size_t alignment;  /**< 256 */
+  int zero_once;     /**< 1: zero the scratch once after allocating it; 0: its contents never matter */
 } sk_scratch_spec;
 
 /** The result of bind: device pointers and sizes an op's run needs, in an op-private order.

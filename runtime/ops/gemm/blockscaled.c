@@ -785,7 +785,7 @@ SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps 
     const int64_t m = caps->max_m, k = caps->k;
     p->r_codes = sk_scratch_add(&p->scratch, (size_t)(m * k));
     p->r_scales = sk_scratch_add(&p->scratch, (size_t)(m * (k / 128)) * 4);
-    p->r_ws = sk_scratch_add(&p->scratch, sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, m < 16 ? m : 16, caps->n, k));
+    p->r_ws = sk_scratch_add_counters(&p->scratch, sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, m < 16 ? m : 16, caps->n, k));
     if (p->r_codes < 0 || p->r_scales < 0 || p->r_ws < 0) s = SK_ERR_INTERNAL;
   }
   if (s != SK_OK) {

@@ -207,7 +207,7 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   /* Regions: 0 the partial rows, 1 the fused decode kernels' per-token arrival counters (u32). */
   if (s == SK_OK &&
       (sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * (size_t)(caps->hidden / TILE_H) * PARTIAL_FLOATS * 4) < 0 ||
-       sk_scratch_add(&p->scratch, (size_t)caps->max_tokens * 4) < 0))
+       sk_scratch_add_counters(&p->scratch, (size_t)caps->max_tokens * 4) < 0))
     s = SK_ERR_INTERNAL;
   if (s != SK_OK) {
     free(p);
