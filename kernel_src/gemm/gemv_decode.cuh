@@ -103,6 +103,39 @@ SK_DEVICE uint2 ld_ro_u2(const u8* p) {
   asm("ld.global.nc.v2.u32 {%0, %1}, [%2 + %3];" : "=r"(v.x), "=r"(v.y) : "l"(p), "n"(OFF));
   return v;
 }
+// 4-byte variants (mxfp4).
+template <int OFF>
+SK_DEVICE u32 ld_stream_u1(const u8* p) {
+  u32 v;
+  asm volatile("ld.global.cs.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
+  return v;
+}
+template <int OFF>
+SK_DEVICE u32 ld_ro_u1(const u8* p) {
+  u32 v;
+  asm("ld.global.nc.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
+  return v;
+}
+
+// One word of each of a step's four 32-K blocks (FP8: 8 bytes, block stride 32; mxfp4: 4 bytes,
+// stride 16): weights streamed, tokens through the read-only path.
+template <bool STREAM, int OFF>
+SK_DEVICE void ld_block_word(const u8* p, uint2& v) {
+  if constexpr (STREAM) v = ld_stream_u2<OFF>(p);
+  else v = ld_ro_u2<OFF>(p);
+}
+template <bool STREAM, int OFF>
+SK_DEVICE void ld_block_word(const u8* p, u32& v) {
+  if constexpr (STREAM) v = ld_stream_u1<OFF>(p);
+  else v = ld_ro_u1<OFF>(p);
+}
+template <bool STREAM, int BLOCK_STRIDE, class Word>
+SK_DEVICE void load_step_blocks(const u8* p, Word (&w)[4]) {
+  ld_block_word<STREAM, 0>(p, w[0]);
+  ld_block_word<STREAM, BLOCK_STRIDE>(p, w[1]);
+  ld_block_word<STREAM, 2 * BLOCK_STRIDE>(p, w[2]);
+  ld_block_word<STREAM, 3 * BLOCK_STRIDE>(p, w[3]);
+}
 
 // Everything one warp step of an FP8 recipe reads (loaded one step ahead of its use).
 // acc += part * (sfw[row] * sfx[token]) for K block b of a step: the UE8M0 codes of a row / of
@@ -174,19 +207,11 @@ SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, co
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const u8* p = w_ptr[rt][h] + off;
-      st.w[rt][h][0] = ld_stream_u2<0>(p);
-      st.w[rt][h][1] = ld_stream_u2<32>(p);
-      st.w[rt][h][2] = ld_stream_u2<64>(p);
-      st.w[rt][h][3] = ld_stream_u2<96>(p);
+      load_step_blocks<true, 32>(w_ptr[rt][h] + off, st.w[rt][h]);
     }
 #pragma unroll
   for (int nt = 0; nt < TOKEN_TILES && TOKENS; ++nt) {
-    const u8* p = x_ptr[nt] + off;
-    st.x[nt][0] = ld_ro_u2<0>(p);
-    st.x[nt][1] = ld_ro_u2<32>(p);
-    st.x[nt][2] = ld_ro_u2<64>(p);
-    st.x[nt][3] = ld_ro_u2<96>(p);
+    load_step_blocks<false, 32>(x_ptr[nt] + off, st.x[nt]);
   }
   if (RECIPE == kMxfp8) {
     load_ue8m0_step_scales<TOKENS>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
@@ -280,7 +305,7 @@ SK_DEVICE void mxfp8_quantize_tokens(Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st) {
   }
 }
 
-// 16-byte and 4-byte variants of the loads above (FP4 recipes).
+// 16-byte variants of the loads above (nvfp4).
 template <int OFF>
 SK_DEVICE uint4 ld_stream_u4(const u8* p) {
   uint4 v;
@@ -291,18 +316,6 @@ template <int OFF>
 SK_DEVICE uint4 ld_ro_u4(const u8* p) {
   uint4 v;
   asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
-  return v;
-}
-template <int OFF>
-SK_DEVICE u32 ld_stream_u1(const u8* p) {
-  u32 v;
-  asm volatile("ld.global.cs.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
-  return v;
-}
-template <int OFF>
-SK_DEVICE u32 ld_ro_u1(const u8* p) {
-  u32 v;
-  asm("ld.global.nc.u32 %0, [%1 + %2];" : "=r"(v) : "l"(p), "n"(OFF));
   return v;
 }
 
@@ -448,19 +461,11 @@ SK_DEVICE void mxfp4_load_stage(Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const u8* p = w_ptr[rt][h] + off;
-      st.w[rt][h][0] = ld_stream_u1<0>(p);
-      st.w[rt][h][1] = ld_stream_u1<16>(p);
-      st.w[rt][h][2] = ld_stream_u1<32>(p);
-      st.w[rt][h][3] = ld_stream_u1<48>(p);
+      load_step_blocks<true, 16>(w_ptr[rt][h] + off, st.w[rt][h]);
     }
 #pragma unroll
   for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    const u8* p = x_ptr[nt] + off;
-    st.x[nt][0] = ld_ro_u1<0>(p);
-    st.x[nt][1] = ld_ro_u1<16>(p);
-    st.x[nt][2] = ld_ro_u1<32>(p);
-    st.x[nt][3] = ld_ro_u1<48>(p);
+    load_step_blocks<false, 16>(x_ptr[nt] + off, st.x[nt]);
   }
   load_ue8m0_step_scales<true>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
 }
