@@ -139,15 +139,35 @@ static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n,
 
 static size_t decode_counters_bytes(int64_t tiles) { return ((size_t)tiles * 4 + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
 
-/* Workspace: tile counters, then 2 partial slots of M x 16*ROW_TILES floats per CTA. Sized for
- * the larger grid of the two token-tile variants, so that it never shrinks as M grows (a buffer
- * sized for some M serves every smaller one). */
+/* Workspace a grid of `ctas` CTAs uses at M tokens: tile counters, then 2 partial slots of
+ * M x 16*ROW_TILES floats per CTA. */
+static size_t decode_workspace_need(int64_t tiles, int64_t ctas, int64_t m) {
+  return decode_counters_bytes(tiles) + (size_t)(2 * ctas * m * decode_rows_per_block()) * sizeof(float);
+}
+
+/* Sized for the larger grid of the two token-tile variants, so that it never shrinks as M grows
+ * (a buffer sized for some M serves every smaller one). */
 SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k) {
   if (!recipe_valid(recipe) || m < 1 || n < 1 || k < 128 || m > DECODE_MAX_M) return 0;
   const decode_grid g1 = decode_schedule(recipe, 1, n, k), g2 = decode_schedule(recipe, 2, n, k);
   if (!g1.may_split && !g2.may_split) return 0;
-  const int64_t ctas = g1.ctas > g2.ctas ? g1.ctas : g2.ctas;
-  return decode_counters_bytes(g1.tiles) + (size_t)(2 * ctas * m * decode_rows_per_block()) * sizeof(float);
+  return decode_workspace_need(g1.tiles, g1.ctas > g2.ctas ? g1.ctas : g2.ctas, m);
+}
+
+/* One decode launch: its CTAs and workspace views. Without a (large enough, aligned) workspace a
+ * split grid falls back to a whole tile per CTA (every weight byte still read once). */
+typedef struct decode_launch {
+  int64_t ctas;
+  void *partials, *counters;
+} decode_launch;
+
+static decode_launch decode_launch_for(sk_gemm_recipe r, int64_t m, int64_t n, int64_t k, void *workspace,
+                                       size_t ws_bytes) {
+  const decode_grid g = decode_schedule(r, m <= 8 ? 1 : 2, n, k);
+  if (!g.may_split) return (decode_launch){g.ctas, NULL, NULL};
+  if (!workspace || ws_bytes < decode_workspace_need(g.tiles, g.ctas, m) || (uintptr_t)workspace % WS_ALIGN)
+    return (decode_launch){g.tiles, NULL, NULL};
+  return (decode_launch){g.ctas, (char *)workspace + decode_counters_bytes(g.tiles), workspace};
 }
 
 /* Tiled kernel configuration (docs/ops/gemm.md, "Prefill kernel"); SM120 kernel for the
@@ -406,32 +426,27 @@ static sk_status validate(sk_gemm_recipe r, const DLTensor *a_codes, const DLTen
 
 /* ---- launch ---------------------------------------------------------------------------------- */
 
-static sk_status launch_cfg(sk_kernel *kern, const gemm_cfg *cfg, sk_gemm_recipe r, const mm_args *x,
-                            void *workspace, size_t ws_bytes, void *stream) {
+static sk_status launch_decode(sk_kernel *kern, const gemm_cfg *cfg, const mm_args *x, const decode_launch *d,
+                              void *stream) {
+  const void *ac = x->ac, *as = x->as, *bc = x->bc, *bs = x->bs, *alpha = x->alpha;
+  void *c = x->c, *partials = d->partials, *counters = d->counters;
+  int m = (int)x->m, n = (int)x->n, k = (int)x->k, ldc = (int)x->n;
+  void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc,
+                  &partials, &counters};
+  sk_dim3 grid = cfg->grid;
+  grid.x = (unsigned)d->ctas;
+  return sk_kernel_launch(kern, grid, cfg->block, 0, stream, args);
+}
+
+static sk_status launch_tiled(sk_kernel *kern, const gemm_cfg *cfg, const mm_args *x, void *stream) {
   const void *ac = x->ac, *as = x->as, *bc = x->bc, *bs = x->bs, *alpha = x->alpha;
   void *c = x->c;
   int m = (int)x->m, n = (int)x->n, k = (int)x->k, ldc = (int)x->n;
-  if (cfg->path == PATH_DECODE || cfg->path == PATH_FUSED) {
-    decode_grid g = decode_schedule(r, x->m <= 8 ? 1 : 2, x->n, x->k);
-    void *partials = NULL, *counters = NULL;
-    if (g.may_split) {
-      const size_t need = sk_gemm_workspace_bytes(r, x->m, x->n, x->k);
-      if (!workspace || ws_bytes < need || (uintptr_t)workspace % WS_ALIGN) {
-        g.ctas = g.tiles; /* no (usable) workspace: a whole tile per CTA, still every weight byte once */
-      } else {
-        counters = workspace;
-        partials = (char *)workspace + decode_counters_bytes(g.tiles);
-      }
-    }
-    void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc,
-                    &partials, &counters};
-    sk_dim3 grid = cfg->grid;
-    grid.x = (unsigned)g.ctas;
-    return sk_kernel_launch(kern, grid, cfg->block, 0, stream, args);
-  }
   void *args[] = {(void *)&ac, (void *)&as, (void *)&bc, (void *)&bs, (void *)&alpha, &c, &m, &n, &k, &ldc};
   return sk_kernel_launch(kern, cfg->grid, cfg->block, cfg->smem, stream, args);
 }
+
+static bool path_is_decode(int path) { return path == PATH_DECODE || path == PATH_FUSED; }
 
 /* One-shot memo: cfg_id -> the kernel resolved for the current device's arch. A repeated call of a
  * shape skips formatting the request and hashing its key (about 1 us of host time per call), which
@@ -484,7 +499,9 @@ static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *wo
     SK_TRY(resolve_cfg(OP, &cfg, arch, &kern));
     memo_add(id, kern);
   }
-  return launch_cfg(kern, &cfg, r, x, workspace, ws_bytes, stream);
+  if (!path_is_decode(cfg.path)) return launch_tiled(kern, &cfg, x, stream);
+  const decode_launch d = decode_launch_for(r, x->m, x->n, x->k, workspace, ws_bytes);
+  return launch_decode(kern, &cfg, x, &d, stream);
 }
 
 SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
@@ -813,8 +830,9 @@ SK_API sk_status sk_block_fp8_linear_scratch_spec(const sk_block_fp8_linear_plan
 
 SK_API void sk_block_fp8_linear_plan_destroy(sk_block_fp8_linear_plan *p) { free(p); }
 
-/* Binding: ptr 0 x, 1 codes, 2 scales, 3 w codes, 4 w scales, 5 out, 6 workspace;
- * dim 0 M, 1 regime, 2 workspace bytes. */
+/* Binding: ptr 0 x, 1 codes, 2 scales, 3 w codes, 4 w scales, 5 out, 6 decode partials,
+ * 7 decode tile counters (NULL when the grid does not split tiles);
+ * dim 0 M, 1 regime, 2 decode CTAs or tiled M blocks. */
 SK_API sk_status sk_block_fp8_linear_bind(const sk_block_fp8_linear_plan *p, const DLTensor *x, const DLTensor *w_codes,
                                           const DLTensor *w_scales, const DLTensor *out, void *scratch,
                                           size_t scratch_bytes, sk_binding *binding) {
@@ -838,10 +856,19 @@ SK_API sk_status sk_block_fp8_linear_bind(const sk_block_fp8_linear_plan *p, con
   SK_TRY(sk_scratch_bind(BFP8_OP " bind", &p->scratch, scratch, scratch_bytes, views));
   b.ptr[1] = views[p->r_codes];
   b.ptr[2] = views[p->r_scales];
-  b.ptr[6] = views[p->r_ws];
   b.dim[0] = m;
   b.dim[1] = bfp8_regime(m);
-  b.dim[2] = (int64_t)p->scratch.size[p->r_ws];
+  /* The GEMM's launch geometry is fixed by M: decode CTAs and workspace views, or the tiled grid's
+   * M blocks, so run only launches. */
+  const gemm_cfg *cfg = &p->cfg[b.dim[1]];
+  if (path_is_decode(cfg->path)) {
+    const decode_launch d = decode_launch_for(SK_GEMM_BLOCK_FP8, m, n, k, views[p->r_ws], p->scratch.size[p->r_ws]);
+    b.dim[2] = d.ctas;
+    b.ptr[6] = d.partials;
+    b.ptr[7] = d.counters;
+  } else {
+    b.dim[2] = sk_cdiv(m, cfg->bm);
+  }
   *binding = b;
   return SK_OK;
 }
@@ -858,8 +885,12 @@ SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *p, cons
   mm_args a = {codes, scales, b->ptr[3], b->ptr[4], NULL, b->ptr[5], m, p->caps.n, k, (int)p->caps.out};
   const int regime = (int)b->dim[1];
   gemm_cfg cfg = p->cfg[regime];
-  if (cfg.path != PATH_DECODE) cfg.grid.y = (unsigned)sk_cdiv(m, cfg.bm);
-  return launch_cfg(p->kern[regime], &cfg, SK_GEMM_BLOCK_FP8, &a, b->ptr[6], (size_t)b->dim[2], stream);
+  if (path_is_decode(cfg.path)) {
+    const decode_launch d = {b->dim[2], b->ptr[6], b->ptr[7]};
+    return launch_decode(p->kern[regime], &cfg, &a, &d, stream);
+  }
+  cfg.grid.y = (unsigned)b->dim[2];
+  return launch_tiled(p->kern[regime], &cfg, &a, stream);
 }
 
 static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list *out) {
