@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime.h>
 
 #include "bench_util.h"
+#include "internal.h" /* sk_now_seconds: the runtime's monotonic clock, as bench_runtime uses */
 
 #include "ref/gemm.h"
 #include "sparkinfer/gemm.h"
@@ -101,12 +101,6 @@ static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, u
     }
 }
 
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
 /* Host microseconds per call, sk_gemm_mm (tensor_fp8, M = 1, N = K = 128: a kernel far shorter
  * than a host launch, so the queue never fills) against sk_kernel_launch of the kernel it picks.
  * Median of 21 rounds of 2000 calls, the queue drained between rounds. */
@@ -133,13 +127,13 @@ static void bench_host_overhead(cudaStream_t s, uint64_t *rng, bench_json *json)
   double mm[21], raw[21];
   const int calls = 2000;
   for (int rep = 0; rep < 21; rep++) {
-    const double t0 = now_us();
+    const double t0 = sk_now_seconds();
     for (int i = 0; i < calls; i++) sk_kernel_launch(kern, (sk_dim3){4, 1, 1}, (sk_dim3){128, 1, 1}, 0, s, args);
-    const double t1 = now_us();
+    const double t1 = sk_now_seconds();
     for (int i = 0; i < calls; i++) sk_gemm_mm(SK_GEMM_TENSOR_FP8, &ta, NULL, &tb, NULL, NULL, &tc, NULL, 0, s);
-    const double t2 = now_us();
-    raw[rep] = (t1 - t0) / calls;
-    mm[rep] = (t2 - t1) / calls;
+    const double t2 = sk_now_seconds();
+    raw[rep] = (t1 - t0) * 1e6 / calls;
+    mm[rep] = (t2 - t1) * 1e6 / calls;
     CK(cudaStreamSynchronize(s));
   }
   CK(cudaGetLastError());
