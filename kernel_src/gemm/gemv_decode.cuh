@@ -332,6 +332,11 @@ SK_DEVICE void pin_in_register(T (&a)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) pin_in_register(a[i]);
 }
+template <class First, class... Rest>
+SK_DEVICE void pin_in_register(First& first, Rest&... rest) {
+  pin_in_register(first);
+  pin_in_register(rest...);
+}
 
 // Two register stages: the next step's loads are in flight while this one computes. Warps take
 // steps round-robin from `step` (their first) to s_end.
@@ -627,10 +632,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     }
     const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
     const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
-    pin_in_register(w_ptr);
-    pin_in_register(x_ptr);
-    pin_in_register(w_sfo);
-    pin_in_register(x_sfo);
+    pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
     Nvfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
     auto load = [&](Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
       nvfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
@@ -659,10 +661,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     }
     const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
     const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
-    pin_in_register(w_ptr);
-    pin_in_register(x_ptr);
-    pin_in_register(w_sfo);
-    pin_in_register(x_sfo);
+    pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
     Mxfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
     auto load = [&](Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
       mxfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
