@@ -68,14 +68,30 @@ static int sm_count(void) {
  * on 8192x8192 and 8192x28672: up to 22% faster) and loses 2-20% on one-wave grids, small shapes
  * and unsplit multi-wave grids (28672x4096), where its fix-ups cost more than the tail. Tuning;
  * configs outside the prebuilt manifest compile on first use. */
+/* A tuning variable parsed once per process (docs/env.md); a malformed value is remembered and
+ * refused, naming the variable, by every call that depends on it. */
+typedef struct env_override {
+  pthread_once_t once;
+  sk_status status;
+  char message[256];
+} env_override;
+
+static void env_override_refuse(env_override *o, const char *var, const char *value, const char *expected) {
+  o->status = SK_ERR_INVALID_ARGUMENT;
+  snprintf(o->message, sizeof o->message, "%s=%.64s: expected %s", var, value, expected);
+}
+
+static sk_status env_override_check(env_override *o, void (*load)(void)) {
+  pthread_once(&o->once, load);
+  return o->status == SK_OK ? SK_OK : sk_set_error(o->status, "%s", o->message);
+}
+
 enum { SCHEDULE_AUTO, SCHEDULE_STREAMK, SCHEDULE_SPLITK };
 typedef struct decode_cfg {
   int row_tiles, warps, ctas_per_sm, schedule;
 } decode_cfg;
 static decode_cfg decode_override;
-static sk_status decode_override_status = SK_OK;
-static char decode_override_message[256];
-static pthread_once_t decode_override_once = PTHREAD_ONCE_INIT;
+static env_override decode_env = {PTHREAD_ONCE_INIT, SK_OK, ""};
 
 static void decode_override_load(void) {
   decode_override = (decode_cfg){2, 4, 0, SCHEDULE_AUTO};
@@ -89,10 +105,9 @@ static void decode_override_load(void) {
   ok = ok && (d.row_tiles == 1 || d.row_tiles == 2 || d.row_tiles == 4) && d.warps >= 1 && d.warps <= 8 &&
        d.ctas_per_sm >= 0 && d.ctas_per_sm <= 32;
   if (!ok) {
-    decode_override_status = SK_ERR_INVALID_ARGUMENT;
-    snprintf(decode_override_message, sizeof decode_override_message,
-             "SPARKINFER_GEMM_DECODE=%.64s: expected ROW_TILES,WARPS,CTAS_PER_SM[,auto|streamk|splitk] with ROW_TILES in "
-             "{1,2,4}, 1..8 warps, 0..32 CTAs per SM", v);
+    env_override_refuse(&decode_env, "SPARKINFER_GEMM_DECODE", v,
+                        "ROW_TILES,WARPS,CTAS_PER_SM[,auto|streamk|splitk] with ROW_TILES in {1,2,4}, 1..8 warps, "
+                        "0..32 CTAs per SM");
     return;
   }
   d.schedule = !strcmp(schedule, "splitk") ? SCHEDULE_SPLITK : !strcmp(schedule, "streamk") ? SCHEDULE_STREAMK : SCHEDULE_AUTO;
@@ -100,7 +115,7 @@ static void decode_override_load(void) {
 }
 
 static decode_cfg decode_config(void) {
-  pthread_once(&decode_override_once, decode_override_load);
+  pthread_once(&decode_env.once, decode_override_load);
   return decode_override;
 }
 static int64_t decode_rows_per_block(void) { return 16 * decode_config().row_tiles; }
@@ -176,9 +191,7 @@ typedef struct tile_cfg { int bm, bn, bk, wm, wn, stages; } tile_cfg;
 /* SPARKINFER_GEMM_PREFILL_TILE="BM,BN,WARPS_M,WARPS_N,STAGES" replaces the heuristic below for
  * every tiled launch (tuning; configs outside the prebuilt manifest compile on first use). */
 static tile_cfg tile_override;
-static sk_status tile_override_status = SK_OK;
-static char tile_override_message[256];
-static pthread_once_t tile_override_once = PTHREAD_ONCE_INIT;
+static env_override tile_env = {PTHREAD_ONCE_INIT, SK_OK, ""};
 
 static void tile_override_load(void) {
   const char *v = sk_env_str("SPARKINFER_GEMM_PREFILL_TILE");
@@ -190,27 +203,23 @@ static void tile_override_load(void) {
   ok = ok && t.wm >= 1 && t.wn >= 1 && t.bm % t.wm == 0 && t.bn % t.wn == 0 && (t.bm / t.wm) % 16 == 0 &&
        (t.bn / t.wn) % 8 == 0 && t.wm * t.wn <= 16 && t.stages >= 2 && t.stages <= 8;
   if (!ok) {
-    tile_override_status = SK_ERR_INVALID_ARGUMENT;
-    snprintf(tile_override_message, sizeof tile_override_message,
-             "SPARKINFER_GEMM_PREFILL_TILE=%.64s: expected BM,BN,WARPS_M,WARPS_N,STAGES with BM, BN in {32,64,128}, "
-             "BM/WARPS_M a multiple of 16, BN/WARPS_N of 8, 2..8 stages", v);
+    env_override_refuse(&tile_env, "SPARKINFER_GEMM_PREFILL_TILE", v,
+                        "BM,BN,WARPS_M,WARPS_N,STAGES with BM, BN in {32,64,128}, BM/WARPS_M a multiple of 16, "
+                        "BN/WARPS_N of 8, 2..8 stages");
     return;
   }
   tile_override = t;
 }
 
-static sk_status check_tile_override(void) {
-  pthread_once(&tile_override_once, tile_override_load);
-  if (tile_override_status != SK_OK) return sk_set_error(tile_override_status, "%s", tile_override_message);
-  pthread_once(&decode_override_once, decode_override_load);
-  if (decode_override_status != SK_OK) return sk_set_error(decode_override_status, "%s", decode_override_message);
-  return SK_OK;
+static sk_status check_env_overrides(void) {
+  SK_TRY(env_override_check(&tile_env, tile_override_load));
+  return env_override_check(&decode_env, decode_override_load);
 }
 
 /* The heuristic of docs/ops/gemm.md (Prefill kernel, tile heuristic). Only these configs are
  * precompiled in tools/manifests/kernels-gemm-prefill.json. */
 static tile_cfg tiled_config(sk_gemm_recipe r, int64_t m, int64_t n) {
-  pthread_once(&tile_override_once, tile_override_load);
+  pthread_once(&tile_env.once, tile_override_load);
   if (tile_override.bm) return tile_override;
   const int64_t sms = sm_count();
   if (m <= 128) {
@@ -487,7 +496,7 @@ static void memo_add(uint64_t id, sk_kernel *k) {
 
 /* fused: gemm.mxfp8_linear's decode kernel (linear_config), x->ac holding BF16 tokens. */
 static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
-  SK_TRY(check_tile_override());
+  SK_TRY(check_env_overrides());
   const char *arch;
   SK_TRY(device_arch(&arch));
   gemm_cfg cfg;
@@ -520,7 +529,7 @@ static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, s
   if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: bad out dtype", what);
   if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: no M values", what);
   if (n < 1 || k < 128 || k % 128) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: bad N or K", what);
-  SK_TRY(check_tile_override());
+  SK_TRY(check_env_overrides());
   char buf[SK_MAX_ARCH];
   if (!arch) {
     SK_TRY(sk_device_arch(-1, buf, sizeof buf));
@@ -784,7 +793,7 @@ SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps 
                         (long long)caps->max_m);
   if (caps->out < SK_DTYPE_BF16 || caps->out > SK_DTYPE_FP32)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": out must be SK_DTYPE_BF16, _FP16 or _FP32");
-  SK_TRY(check_tile_override());
+  SK_TRY(check_env_overrides());
   sk_block_fp8_linear_plan *p = calloc(1, sizeof *p);
   if (!p) return sk_set_error(SK_ERR_OUT_OF_MEMORY, BFP8_OP ": out of memory");
   p->caps = *caps;
