@@ -43,11 +43,13 @@ SK_DECODE_FN int sk_decode_may_split_tiles(int tiles, int steps, int ctas) {
 }
 
 // CTAs per SM that the kernel's __launch_bounds__ guarantee (gemv_decode; its threads-per-SM
-// figure): the register-light variants (nvfp4, block_fp8, tensor_fp8 at 8 tokens: 106-122
-// registers at 4 warps x 2 row tiles on sm_90a) are bound to 4 CTAs of 128 threads, the rest to 3,
-// ROW_TILES 4 to 2. Recipe numbers as sk::gemm::Recipe (0 nvfp4, 3 block_fp8, 4 tensor_fp8).
+// figure): at 8 tokens every recipe but mxfp8 is bound to 4 CTAs of 128 threads (4 warps x 2 row
+// tiles on sm_90a: nvfp4, block_fp8, tensor_fp8 106-128 registers; mxfp4 128 with an 8-byte
+// spill, down from 160 at 3 CTAs: 7-16% faster on the large layers, bench/RESULTS.md, twenty-fifth run),
+// mxfp8 to 3 (4 CTAs measured 6% slower on 8192x28672; its fused BF16 variant shares the
+// figure), 16 tokens to 3, ROW_TILES 4 to 2. Recipe numbers as sk::gemm::Recipe (2 mxfp8).
 SK_DECODE_FN int sk_decode_threads_per_sm(int recipe, int token_tiles, int row_tiles) {
-  return row_tiles == 4 ? 256 : token_tiles == 1 && (recipe == 0 || recipe == 3 || recipe == 4) ? 512 : 384;
+  return row_tiles == 4 ? 256 : token_tiles == 1 && recipe != 2 ? 512 : 384;
 }
 SK_DECODE_FN int sk_decode_ctas_per_sm(int recipe, int token_tiles, int warps, int row_tiles) {
   const int c = sk_decode_threads_per_sm(recipe, token_tiles, row_tiles) / (32 * warps);
