@@ -3,7 +3,9 @@
  * (weight codes + scales + activations + output), goal >= 90% of the measured copy bandwidth.
  * Prefill (M = 2048, 4096, 8192; only when the tiled kernel is in the build): TFLOP/s.
  * Weights rotate over 3 copies so the 60 MB L2 cannot serve them. Random operands (never zeros).
- * CUDA events around 50 calls after warm-up, median of 5 rounds.
+ * CUDA events around 50 calls after warm-up (10 for prefill), median of 5 rounds; decode rows
+ * also replay the same 50 calls from a CUDA graph ("graph us": GPU time without the host's launch
+ * cost and the gaps between stream launches, what a server replaying graphs sees).
  * Also times gemm.mxfp8_linear (BF16 activations, fused quantization) at M = 1 and 16.
  * Last, host time per sk_gemm_mm call against sk_kernel_launch of the same kernel (what the
  * one-shot API adds: validation, config choice, the memo lookup).
@@ -36,9 +38,41 @@ static void *dev_random(size_t bytes, uint64_t *rng, int scale_like) {
   return d;
 }
 
+/* One table row (and JSON row): stream time, graph time (0: not measured), bandwidth and TFLOP/s. */
+static void print_row(bench_json *json, const char *label, int64_t m, int64_t n, int64_t k, double bytes, double us,
+                      double graph_us) {
+  const double gbs = bytes / (us * 1e-6) / 1e9, tflops = 2.0 * m * n * k / (us * 1e-6) / 1e12;
+  char graph_col[32] = "-", graph_pct[32] = "-";
+  if (graph_us > 0) {
+    snprintf(graph_col, sizeof graph_col, "%.2f", graph_us);
+    snprintf(graph_pct, sizeof graph_pct, "%.0f%%", bytes / (graph_us * 1e-6) / 1e9 / 43);
+  }
+  printf("| %s | %lld | %lld | %lld | %.2f | %s | %.0f | %.0f%% | %s | %.1f |\n", label, (long long)m, (long long)n,
+         (long long)k, us, graph_col, gbs, gbs / 43, graph_pct, tflops);
+  bench_json_row(json,
+                 "{\"recipe\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"graph_us\":%.3f,\"gbs\":%.1f,"
+                 "\"tflops\":%.2f}",
+                 label, (long long)m, (long long)n, (long long)k, us, graph_us, gbs, tflops);
+  fflush(stdout);
+}
+
+/* One sk_gemm_mxfp8_linear call; successive calls rotate over the 3 weight copies. */
+typedef struct linear_call_ctx {
+  const DLTensor *x, *w, *ws, *c; /* w, ws: 3 each */
+  void *work;
+  size_t wsb;
+  int next;
+} linear_call_ctx;
+static int linear_call(void *ctx, cudaStream_t s) {
+  linear_call_ctx *l = ctx;
+  const int i = l->next;
+  l->next = (i + 1) % 3;
+  return sk_gemm_mxfp8_linear(l->x, &l->w[i], &l->ws[i], NULL, l->c, l->work, l->wsb, s) != SK_OK;
+}
+
 /* gemm.mxfp8_linear (BF16 activations quantized inside the op) at decode sizes: one fused launch
  * for M <= 16. Bytes = BF16 activations + weight codes + scales + output. */
-static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, uint64_t *rng, bench_json *json) {
+static void bench_mxfp8_linear(cudaStream_t s, uint64_t *rng, bench_json *json) {
   const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}};
   const int64_t ms[] = {1, 16};
   for (int si = 0; si < 3; si++)
@@ -65,31 +99,17 @@ static void bench_mxfp8_linear(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, u
         tw[i] = tu_device_tensor(w[i], u8, 2, wcs);
         tws[i] = tu_device_tensor(ws[i], u8, 1, wss);
       }
+      linear_call_ctx ctx = {&tx, tw, tws, &tc, work, wsb, 0};
       int bad = 0;
-      for (int i = 0; i < 6 && !bad; i++)
-        bad = sk_gemm_mxfp8_linear(&tx, &tw[i % 3], &tws[i % 3], NULL, &tc, work, wsb, s) != SK_OK;
-      if (bad) {
+      for (int i = 0; i < 6 && !bad; i++) bad = linear_call(&ctx, s);
+      const double us = bad ? -1 : bench_stream_us(linear_call, &ctx, s, 50, 5);
+      const double graph_us = bad ? -1 : bench_graph_us(linear_call, &ctx, s, 50, 5);
+      if (us < 0 || graph_us < 0)
         printf("| mxfp8_linear | %lld | %lld | %lld | error: %s |\n", (long long)m, (long long)n, (long long)k,
                sk_last_error_message());
-      } else {
-        float rounds[5];
-        for (int rd = 0; rd < 5; rd++) {
-          CK(cudaEventRecord(e0, s));
-          for (int i = 0; i < 50; i++) sk_gemm_mxfp8_linear(&tx, &tw[i % 3], &tws[i % 3], NULL, &tc, work, wsb, s);
-          CK(cudaEventRecord(e1, s));
-          CK(cudaEventSynchronize(e1));
-          CK(cudaEventElapsedTime(&rounds[rd], e0, e1));
-        }
-        CK(cudaGetLastError());
-        qsort(rounds, 5, sizeof(float), bench_cmp_float);
-        const double us = rounds[2] * 1e3 / 50;
-        const double bytes = (double)(n * k) + (double)bscales + (double)(m * k * 2) + (double)(m * n * 2);
-        const double gbs = bytes / (us * 1e-6) / 1e9;
-        printf("| mxfp8_linear (bf16 x) | %lld | %lld | %lld | %.2f | %.0f | %.0f%% | %.1f |\n", (long long)m, (long long)n,
-               (long long)k, us, gbs, gbs / 43, 2.0 * m * n * k / (us * 1e-6) / 1e12);
-        bench_json_row(json, "{\"recipe\":\"mxfp8_linear\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f}",
-                       (long long)m, (long long)n, (long long)k, us, gbs);
-      }
+      else
+        print_row(json, "mxfp8_linear (bf16 x)", m, n, k,
+                  (double)(n * k) + (double)bscales + (double)(m * k * 2) + (double)(m * n * 2), us, graph_us);
       fflush(stdout);
       CK(cudaFree(x));
       CK(cudaFree(c));
@@ -150,6 +170,21 @@ static void bench_host_overhead(cudaStream_t s, uint64_t *rng, bench_json *json)
 
 static const char *names[] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
 
+/* One sk_gemm_mm call; successive calls rotate over the 3 weight copies. */
+typedef struct mm_call_ctx {
+  sk_gemm_recipe recipe;
+  const DLTensor *a, *as, *b, *bs, *c; /* b, bs: 3 each */
+  void *ws;
+  size_t wsb;
+  int next;
+} mm_call_ctx;
+static int mm_call(void *ctx, cudaStream_t s) {
+  mm_call_ctx *x = ctx;
+  const int i = x->next;
+  x->next = (i + 1) % 3;
+  return sk_gemm_mm(x->recipe, x->a, x->as, &x->b[i], x->bs ? &x->bs[i] : NULL, NULL, x->c, x->ws, x->wsb, s) != SK_OK;
+}
+
 int main(void) {
   bench_json json = bench_json_open();
   CK(cudaSetDevice(0));
@@ -157,9 +192,6 @@ int main(void) {
   uint64_t rng = 42;
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}, {5120, 2944}};
   const int64_t ms[] = {1, 4, 16, 2048, 4096, 8192};
   /* SK_BENCH_DECODE_ONLY=1: skip the prefill rows (quick sweeps of decode configurations). */
@@ -171,7 +203,8 @@ int main(void) {
     sk_list_kernel_sources(&paths, &n);
     for (size_t i = 0; i < n; i++) tiled |= !strcmp(paths[i], "gemm/mma_tiled.cuh");
   }
-  printf("| recipe | M | N | K | us | GB/s | %% of 4300 | TFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
+  printf("| recipe | M | N | K | us | graph us | GB/s | %% of 4300 | graph %% | TFLOP/s |\n"
+         "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int r = 0; r < 5; r++)
     for (int si = 0; si < 4; si++)
       for (int mi = 0; mi < 6; mi++) {
@@ -209,36 +242,17 @@ int main(void) {
           tb[i] = tu_device_tensor(b[i], u8, 2, bcs);
           tbs[i] = tu_device_tensor(bs[i], r == 3 ? f32 : u8, r == 3 ? 2 : 1, bss);
         }
+        mm_call_ctx ctx = {(sk_gemm_recipe)r, &ta, r == 4 ? NULL : &tas, tb, r == 4 ? NULL : tbs, &tc, ws, wsb, 0};
         int bad = 0;
-        for (int i = 0; i < 6 && !bad; i++)
-          bad = sk_gemm_mm((sk_gemm_recipe)r, &ta, r == 4 ? NULL : &tas, &tb[i % 3], r == 4 ? NULL : &tbs[i % 3], NULL, &tc,
-                           ws, wsb, s) != SK_OK;
-        if (bad) {
+        for (int i = 0; i < 6 && !bad; i++) bad = mm_call(&ctx, s);
+        const double us = bad ? -1 : bench_stream_us(mm_call, &ctx, s, m > 16 ? 10 : 50, 5);
+        const double graph_us = bad || m > 16 ? 0 : bench_graph_us(mm_call, &ctx, s, 50, 5);
+        if (us < 0 || graph_us < 0)
           printf("| %s | %lld | %lld | %lld | error: %s |\n", names[r], (long long)m, (long long)n, (long long)k,
                  sk_last_error_message());
-        } else {
-          float rounds[5];
-          const int reps = m > 16 ? 10 : 50;
-          for (int rd = 0; rd < 5; rd++) {
-            CK(cudaEventRecord(e0, s));
-            for (int i = 0; i < reps; i++)
-              sk_gemm_mm((sk_gemm_recipe)r, &ta, r == 4 ? NULL : &tas, &tb[i % 3], r == 4 ? NULL : &tbs[i % 3], NULL, &tc, ws,
-                         wsb, s);
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&rounds[rd], e0, e1));
-          }
-          CK(cudaGetLastError());
-          qsort(rounds, 5, sizeof(float), bench_cmp_float);
-          double us = rounds[2] * 1e3 / reps;
-          double bytes = (double)(bcodes + bscales + acodes + ascales) + (double)(m * n * 2);
-          double gbs = bytes / (us * 1e-6) / 1e9, tflops = 2.0 * m * n * k / (us * 1e-6) / 1e12;
-          printf("| %s | %lld | %lld | %lld | %.2f | %.0f | %.0f%% | %.1f |\n", names[r], (long long)m, (long long)n,
-                 (long long)k, us, gbs, gbs / 43, tflops);
-          bench_json_row(&json, "{\"recipe\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"us\":%.3f,\"gbs\":%.1f,\"tflops\":%.2f}",
-                         names[r], (long long)m, (long long)n, (long long)k, us, gbs, tflops);
-        }
-        fflush(stdout);
+        else
+          print_row(&json, names[r], m, n, k, (double)(bcodes + bscales + acodes + ascales) + (double)(m * n * 2), us,
+                    graph_us);
         CK(cudaFree(a));
         if (as) CK(cudaFree(as));
         for (int i = 0; i < 3; i++) {
@@ -248,7 +262,7 @@ int main(void) {
         CK(cudaFree(c));
         if (ws) CK(cudaFree(ws));
       }
-  bench_mxfp8_linear(s, e0, e1, &rng, &json);
+  bench_mxfp8_linear(s, &rng, &json);
   bench_host_overhead(s, &rng, &json);
   bench_json_close(&json);
   return 0;
