@@ -13,6 +13,15 @@ SK_DEVICE u32 atomic_add_release_gpu(u32* counter, u32 value) {
   return previous;
 }
 
+// Atomic add with acquire-release semantics at GPU scope; returns the previous value. The caller
+// publishes its earlier writes (release) and, when it learns from the value that it arrived last,
+// sees every write the earlier arrivals published before their adds (acquire).
+SK_DEVICE u32 atomic_add_acq_rel_gpu(u32* counter, u32 value) {
+  u32 previous;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(previous) : "l"(counter), "r"(value) : "memory");
+  return previous;
+}
+
 // Load with acquire semantics at GPU scope: later loads of this thread see every write that a
 // release (by any CTA) published before producing the value read.
 SK_DEVICE u32 load_acquire_gpu(const u32* counter) {

@@ -58,6 +58,7 @@
 #pragma once
 #include "common/defs.cuh"
 #include "common/mma.cuh"
+#include "common/sync.cuh"
 #include "gemm/decode_schedule.cuh"
 #include "gemm/gemm_common.cuh"
 #include "quantization/mxfp8.cuh"
@@ -704,19 +705,20 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     for (int w = 0; w < WARPS; ++w) sum += red[w][r][m];
     if (row0 + r < N && m < M) partials[((long long)slot * M + m) * kRows + r] = sum;
   }
-  __threadfence();
+  // Hand-over (common/sync.cuh): the barrier orders the CTA's partial stores before thread 0's
+  // acq_rel add, which publishes them (release, cumulative through the barrier) and, in the last
+  // arriver, acquires every other CTA's; the second barrier extends that to the CTA's readers.
   __syncthreads();
   const int unit0 = tile * num_steps;
   const int cta_first = sk_decode_cta_of_unit(unit0, units, ctas);
   const int cta_last = sk_decode_cta_of_unit(unit0 + num_steps - 1, units, ctas);
   if (threadIdx.x == 0) {
-    const u32 arrived = atomicAdd(tile_counters + tile, 1u);
+    const u32 arrived = atomic_add_acq_rel_gpu(tile_counters + tile, 1u);
     is_last_cta = arrived == (u32)(cta_last - cta_first);
     if (is_last_cta) tile_counters[tile] = 0;  // ready for the next launch
   }
   __syncthreads();
   if (!is_last_cta) return;
-  __threadfence();
   // Only the first CTA may hold the tile as its last one (it began before the tile).
   const int first_slot = sk_decode_partial_slot(cta_first, tile, num_steps, units, ctas);
   for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
