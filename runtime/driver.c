@@ -52,6 +52,7 @@ static void driver_load(void) {
       SK_ENTRY(cuModuleGetFunction, 2000, 1),
       SK_ENTRY(cuFuncSetAttribute, 9000, 1),
       SK_ENTRY(cuLaunchKernel, 4000, 1),
+      SK_ENTRY(cuLaunchKernelEx, 12000, 0),
       SK_ENTRY(cuGetErrorName, 6000, 1),
       SK_ENTRY(cuGetErrorString, 6000, 1),
       SK_ENTRY(cuEventCreate, 2000, 1),

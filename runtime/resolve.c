@@ -543,26 +543,60 @@ sk_status sk_kernel_resolve_offline(const sk_kernel_request *req, sk_kernel **ou
   return resolve_entry(req, src, out, NULL);
 }
 
-SK_API sk_status sk_kernel_launch(const sk_kernel *kernel, sk_dim3 grid, sk_dim3 block, unsigned shared_bytes,
-                                  void *stream, void **args) {
+/* Programmatic dependent launch needs sm_90+ (griddepcontrol) and cuLaunchKernelEx. */
+static bool arch_overlaps_launches(const char *arch) { return strncmp(arch, "sm_", 3) == 0 && atoi(arch + 3) >= 90; }
+
+static sk_cu_result launch_with_overlap(void *fn, sk_dim3 grid, sk_dim3 block, unsigned shared_bytes, void *stream,
+                                        void **args) {
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config;
+  memset(&config, 0, sizeof config);
+  config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
+  config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
+  config.sharedMemBytes = shared_bytes;
+  config.hStream = (CUstream)stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return sk_cu.cuLaunchKernelEx(&config, fn, args, NULL);
+}
+
+SK_API sk_status sk_kernel_launch_ex(const sk_kernel *kernel, sk_dim3 grid, sk_dim3 block, unsigned shared_bytes,
+                                     void *stream, void **args, unsigned flags) {
   if (SK_UNLIKELY(!kernel || !atomic_load_explicit(&kernel->function, memory_order_relaxed)))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_kernel_launch: kernel is NULL or not loaded (use sk_kernel_resolve)");
+  if (SK_UNLIKELY(flags & ~(unsigned)SK_LAUNCH_OVERLAP_PREVIOUS))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_kernel_launch_ex: unknown flags 0x%x", flags);
   if (SK_UNLIKELY(timing_enabled < 0)) timing_enabled = sk_config()->timing ? 1 : 0;
+  /* Timed launches stay plain: the events bracket one kernel (its griddepcontrol.wait is then a no-op). */
   if (SK_UNLIKELY(timing_enabled))
     return sk_timing_launch((sk_kernel *)kernel, grid, block, shared_bytes, stream, args);
   void *fn = atomic_load_explicit(&kernel->function, memory_order_relaxed);
-  sk_cu_result r = sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes,
-                                        stream, args, NULL);
+  const bool overlap = (flags & SK_LAUNCH_OVERLAP_PREVIOUS) && sk_config()->overlap_launches &&
+                       sk_cu.cuLaunchKernelEx && arch_overlaps_launches(kernel->arch);
+  const char *call = overlap ? "cuLaunchKernelEx" : "cuLaunchKernel";
+  sk_cu_result r = overlap ? launch_with_overlap(fn, grid, block, shared_bytes, stream, args)
+                           : sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                                  shared_bytes, stream, args, NULL);
   if (SK_LIKELY(r == 0)) return SK_OK;
   if (r == CUDA_ERROR_INVALID_CONTEXT) {
     /* A thread that never touched CUDA: adopt the primary context once, then retry. */
     SK_TRY(sk_driver_ensure_context());
-    r = sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream, args, NULL);
+    r = overlap ? launch_with_overlap(fn, grid, block, shared_bytes, stream, args)
+                : sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream,
+                                       args, NULL);
     if (r == 0) return SK_OK;
   }
-  sk_cuda_error(r, "cuLaunchKernel");
+  sk_cuda_error(r, call);
   return sk_wrap_error(SK_ERR_CUDA, "launching %s [%s] grid (%u,%u,%u) block (%u,%u,%u) smem %u", kernel->name_expr,
                        kernel->arch, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes);
+}
+
+SK_API sk_status sk_kernel_launch(const sk_kernel *kernel, sk_dim3 grid, sk_dim3 block, unsigned shared_bytes,
+                                  void *stream, void **args) {
+  return sk_kernel_launch_ex(kernel, grid, block, shared_bytes, stream, args, 0);
 }
 
 SK_API sk_status sk_kernel_set_max_dynamic_shared(sk_kernel *kernel, unsigned bytes) {

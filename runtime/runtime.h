@@ -21,6 +21,7 @@ typedef struct sk_runtime_config {
   int print_progress;          /* SPARKINFER_PRINT_COMPILE_PROGRESS */
   char *compile_log_path;      /* SPARKINFER_COMPILE_LOG */
   int timing;                  /* SPARKINFER_TIMING */
+  int overlap_launches;        /* SPARKINFER_PDL: honour SK_LAUNCH_OVERLAP_PREVIOUS */
   char *record_warmup_path;    /* SPARKINFER_RECORD_WARMUP */
   char *cuda_home;             /* toolkit used for NVRTC includes */
   int device_ordinal;          /* SPARKINFER_DEVICE */
@@ -75,6 +76,7 @@ typedef struct sk_driver_api {
   sk_cu_result (*cuKernelSetAttribute)(int, int, void *, int);
   sk_cu_result (*cuLaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
                                  unsigned, unsigned, void *, void **, void **);
+  sk_cu_result (*cuLaunchKernelEx)(const void *, void *, void **, void **); /* optional (CUDA 12+) */
   sk_cu_result (*cuGetErrorName)(sk_cu_result, const char **);
   sk_cu_result (*cuGetErrorString)(sk_cu_result, const char **);
   sk_cu_result (*cuEventCreate)(void **, unsigned);

@@ -82,6 +82,7 @@ static void init_once_fn(void) {
   uint64_t dev = 0;
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_PRINT_COMPILE_PROGRESS", 0, &config.print_progress);
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_TIMING", 0, &config.timing);
+  if (s == SK_OK) s = sk_env_flag("SPARKINFER_PDL", 1, &config.overlap_launches);
   if (s == SK_OK) s = sk_env_u64("SPARKINFER_DEVICE", 0, &dev);
   if (s == SK_OK) s = sk_env_double("SPARKINFER_COMPILE_WAIT_S", 300.0, &config.compile_wait_s);
   if (s != SK_OK) {

@@ -182,6 +182,8 @@ Test(jit, rejects_bad_requests_with_a_status) {
   cr_assert_eq(sk_kernel_prepare(&r, NULL), SK_ERR_INVALID_ARGUMENT);
   /* Launching or resolving without a driver fails with a status, not a crash. */
   cr_assert_eq(sk_kernel_launch(NULL, (sk_dim3){1, 1, 1}, (sk_dim3){1, 1, 1}, 0, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_kernel_launch_ex(NULL, (sk_dim3){1, 1, 1}, (sk_dim3){1, 1, 1}, 0, NULL, NULL, SK_LAUNCH_OVERLAP_PREVIOUS),
+               SK_ERR_INVALID_ARGUMENT);
   cr_assert_str_eq(sk_status_string(SK_ERR_KERNEL_RESOLUTION_FROZEN), "SK_ERR_KERNEL_RESOLUTION_FROZEN");
   cr_assert_str_eq(sk_status_string((sk_status)999), "SK_ERR_UNKNOWN");
 }

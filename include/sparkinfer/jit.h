@@ -91,6 +91,23 @@ typedef struct sk_dim3 { unsigned x, y, z; } sk_dim3;
 SK_API sk_status sk_kernel_launch(const sk_kernel *kernel, sk_dim3 grid, sk_dim3 block,
                                   unsigned shared_bytes, void *stream, void **args);
 
+/** Flags of sk_kernel_launch_ex. */
+enum {
+  /** Programmatic dependent launch (sm_90+, CUDA 12 driver): the kernel may be scheduled before
+   *  the previous kernel in `stream` has finished, so its launch latency overlaps that kernel's
+   *  tail. Only for kernels that execute `griddepcontrol.wait` (kernel_src/common/sync.cuh,
+   *  pdl_wait_for_previous) before they read or write anything the previous work touches: the
+   *  library's decode GEMM kernels do. Ignored (a plain launch) below sm_90, without
+   *  cuLaunchKernelEx, with SPARKINFER_PDL=0 and with SPARKINFER_TIMING=1. Safe in graph capture
+   *  (the edge becomes a programmatic dependency). */
+  SK_LAUNCH_OVERLAP_PREVIOUS = 1u,
+};
+
+/** sk_kernel_launch with launch `flags` (SK_LAUNCH_*). Errors: those of sk_kernel_launch, and
+ *  SK_ERR_INVALID_ARGUMENT for unknown flag bits. Thread safety: any thread. */
+SK_API sk_status sk_kernel_launch_ex(const sk_kernel *kernel, sk_dim3 grid, sk_dim3 block,
+                                     unsigned shared_bytes, void *stream, void **args, unsigned flags);
+
 /** Allow up to `bytes` of dynamic shared memory per block (cuKernelSetAttribute /
  *  cuFuncSetAttribute) on the current context's device. Needed whenever static + dynamic shared
  *  memory exceeds 48 KiB. Remembered per kernel and device: a repeat with no more bytes is an

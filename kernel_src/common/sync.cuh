@@ -47,4 +47,21 @@ SK_DEVICE void wait_until_at_least(const u32* counter, u32 target, u64 timeout_n
     if (global_timer_ns() - start > timeout_ns) __trap();
 }
 
+// Programmatic dependent launch (sm_90+; the host's SK_LAUNCH_OVERLAP_PREVIOUS). A kernel
+// launched that way may start while the previous kernel in the stream still runs:
+// pdl_wait_for_previous() blocks until that kernel has completed and its writes are visible, and
+// must come before anything the previous work touches is read or written.
+// pdl_launch_dependents() lets the next (programmatically launched) kernel be scheduled as soon
+// as every CTA of this one has executed it. Both are no-ops for a plain launch and below sm_90.
+SK_DEVICE void pdl_wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+SK_DEVICE void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace sk

@@ -45,6 +45,9 @@ Test(gpu_runtime, resolve_and_launch_scale_kernel, .init = setup, .fini = teardo
     double ref = (double)hx[i] * a + b;
     cr_assert(fabs(hy[i] - ref) <= 1e-6 * (1 + fabs(ref)), "seed %u: y[%d] = %g, want %g", seed, i, hy[i], ref);
   }
+  /* Unknown launch flags are refused before anything is launched. */
+  cr_assert_eq(sk_kernel_launch_ex(k, (sk_dim3){1, 1, 1}, (sk_dim3){32, 1, 1}, 0, NULL, args, 0x80u),
+               SK_ERR_INVALID_ARGUMENT);
   /* A memory hit returns the same handle. */
   sk_kernel *k2;
   SK_OK_OR_FAIL(sk_kernel_resolve(&r, &k2));

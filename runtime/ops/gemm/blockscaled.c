@@ -444,7 +444,9 @@ static sk_status launch_decode(sk_kernel *kern, const gemm_cfg *cfg, const mm_ar
                   &partials, &counters};
   sk_dim3 grid = cfg->grid;
   grid.x = (unsigned)d->ctas;
-  return sk_kernel_launch(kern, grid, cfg->block, 0, stream, args);
+  /* Overlapped with the previous kernel's tail: the decode kernels wait for it on the device
+   * (pdl_wait_for_previous) before touching anything (include/sparkinfer/jit.h). */
+  return sk_kernel_launch_ex(kern, grid, cfg->block, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 
 static sk_status launch_tiled(sk_kernel *kern, const gemm_cfg *cfg, const mm_args *x, void *stream) {
