@@ -730,6 +730,27 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
   }
 }
 
+// Before waiting for the previous kernel (programmatic dependent launch): pull the weight bytes of
+// this CTA's first steps (up to two per warp: what the step pipeline loads first) into L2, one
+// bulk prefetch per row, so that they stream in during that kernel's tail. Weights are never
+// written by the kernels before us, so reading them early is safe; a plain launch just warms L2.
+template <int RECIPE, int ROW_TILES, int WARPS>
+SK_DEVICE void prefetch_first_weight_steps(const u8* __restrict__ b_codes, int N, int K, int u_begin, int u_end,
+                                           int num_steps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kRows = 16 * ROW_TILES;
+  constexpr int kStepBytes = RecipeTraits<RECIPE>::kFp4 ? DecodeStep<RECIPE>::kStepK / 2 : DecodeStep<RECIPE>::kStepK;
+  const int r = (int)threadIdx.x;
+  if (u_begin >= u_end || r >= kRows) return;
+  const int tile = u_begin / num_steps, s0 = u_begin - tile * num_steps;
+  const int steps = min(min(num_steps - s0, u_end - u_begin), 2 * WARPS);
+  const int row = min(tile * kRows + r, N - 1);
+  // 16-byte aligned (code arrays are, rows are multiples of 64 bytes) and a multiple of 16 bytes.
+  const u8* p = b_codes + row * RecipeTraits<RECIPE>::row_bytes(K) + (long long)s0 * kStepBytes;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(steps * kStepBytes) : "memory");
+#endif
+}
+
 // The kernel: CTA blockIdx.x walks its units (gemm/decode_schedule.cuh) tile by tile.
 template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, bool X_BF16>
 SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __restrict__ a_scales,
@@ -744,6 +765,7 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
   // Launched with SK_LAUNCH_OVERLAP_PREVIOUS: this CTA may be resident before the previous kernel
   // (which may have written the tokens, scales, alpha, C or the workspace) has finished.
   pdl_launch_dependents();
+  prefetch_first_weight_steps<RECIPE, ROW_TILES, WARPS>(b_codes, N, K, u_begin, u_end, num_steps);
   pdl_wait_for_previous();
 #pragma unroll 1
   for (int u = u_begin; u < u_end;) {
