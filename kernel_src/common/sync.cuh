@@ -63,5 +63,10 @@ SK_DEVICE void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// The prologue of a kernel that reads nothing before waiting: both of the above.
+SK_DEVICE void pdl_enter() {
+  pdl_launch_dependents();
+  pdl_wait_for_previous();
+}
 
 }  // namespace sk

@@ -186,6 +186,7 @@ template <int HIDDEN>
 __global__ void __launch_bounds__(kPostThreads)
     post_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual, const float* __restrict__ post,
                 const float* __restrict__ comb, bf16* __restrict__ out, int num_tokens) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
   constexpr int kTiles = num_tiles(HIDDEN);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -578,6 +579,7 @@ template <int HIDDEN>
 __global__ void __launch_bounds__(4 * kWarpSize, 4)
     pre_partial_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre, bf16* __restrict__ residual_out,
                        float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   const PartialArgs<HIDDEN, 1> a{x, nullptr, nullptr, nullptr, fn_pre, residual_out, partials};
   partial_body<HIDDEN, 1>(a, num_tokens, tokens_per_cta, num_stages);
 }
@@ -588,6 +590,7 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
                             const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
                             const float* __restrict__ fn, bf16* __restrict__ residual_out,
                             float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   const PartialArgs<HIDDEN, kStreams> a{x, residual, prev_post, prev_comb, fn, residual_out, partials};
   partial_body<HIDDEN, kStreams>(a, num_tokens, tokens_per_cta, num_stages);
 }
@@ -730,6 +733,7 @@ template <int HIDDEN>
 __global__ void __launch_bounds__(kWarpSize)
     pre_partial_scalar_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre,
                               bf16* __restrict__ residual_out, float* __restrict__ partials) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   uint4 streams[1];
   pre_partial_scalar_body<HIDDEN>(x, fn_pre, residual_out, partials, streams);
 }
@@ -740,6 +744,7 @@ __global__ void __launch_bounds__(kWarpSize)
                                    const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
                                    const float* __restrict__ fn, bf16* __restrict__ residual_out,
                                    float* __restrict__ partials) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   uint4 mixed[kStreams];
   post_pre_partial_scalar_body<HIDDEN>(x, residual, prev_post, prev_comb, fn, residual_out, partials, mixed);
 }
@@ -875,6 +880,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                         const NormWeight* __restrict__ norm_weight, bf16* __restrict__ y, float* __restrict__ post,
                         float* __restrict__ comb, int num_tokens, int hidden_per_cta, int sinkhorn_iters,
                         float rms_eps, float hc_eps, float norm_eps) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   finalize_body<HIDDEN, true>(x, partials, hc_scale, hc_base, norm_weight, y, post, comb, num_tokens,
                               hidden_per_cta, sinkhorn_iters, rms_eps, hc_eps, norm_eps);
 }
@@ -886,6 +892,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                              const NormWeight* __restrict__ norm_weight, bf16* __restrict__ y,
                              float* __restrict__ post, float* __restrict__ comb, int num_tokens, int hidden_per_cta,
                              int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   finalize_body<HIDDEN, false>(residual_out, partials, hc_scale, hc_base, norm_weight, y, post, comb, num_tokens,
                                hidden_per_cta, sinkhorn_iters, rms_eps, hc_eps, norm_eps);
 }
@@ -989,6 +996,7 @@ __global__ void __launch_bounds__(kWarpSize)
                             float* __restrict__ partials, u32* __restrict__ token_counters, bf16* __restrict__ y,
                             float* __restrict__ post, float* __restrict__ comb, int sinkhorn_iters, float rms_eps,
                             float hc_eps, float norm_eps) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   uint4 streams[1];
   pre_partial_scalar_body<HIDDEN>(x, fn_pre, residual_out, partials, streams);
   fused_decode_finalize<HIDDEN, 1>(streams, partials, token_counters, hc_scale, hc_base, norm_weight, y, post, comb,
@@ -1005,6 +1013,7 @@ __global__ void __launch_bounds__(kWarpSize)
                                  u32* __restrict__ token_counters, bf16* __restrict__ y, float* __restrict__ post,
                                  float* __restrict__ comb, int sinkhorn_iters, float rms_eps, float hc_eps,
                                  float norm_eps) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   uint4 mixed[kStreams];
   post_pre_partial_scalar_body<HIDDEN>(x, residual, prev_post, prev_comb, fn, residual_out, partials, mixed);
   fused_decode_finalize<HIDDEN, kStreams>(mixed, partials, token_counters, hc_scale, hc_base, norm_weight, y, post,

@@ -374,6 +374,8 @@ SK_API sk_status sk_mhc_bind_post_pre(const sk_mhc_plan *p, const DLTensor *x, c
 
 /* ---- run ---------------------------------------------------------------------------------- */
 
+/* Every norm.mhc kernel starts with pdl_enter() (kernel_src/common/sync.cuh), so each launch may
+ * overlap the previous kernel's tail (SK_LAUNCH_OVERLAP_PREVIOUS, include/sparkinfer/jit.h). */
 SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *stream) {
   if (SK_UNLIKELY(!p)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " run: plan is NULL");
   SK_TRY(sk_binding_check(OP, b, p));
@@ -382,8 +384,8 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
   const unsigned s = (unsigned)(p->caps.hidden / TILE_H);
   if (b->dim[0] == ENTRY_POST) {
     void *args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3], (void *)&ptr[5], &t};
-    return sk_kernel_launch(p->k[K_POST], (sk_dim3){(unsigned)sk_cdiv((int64_t)t * s, 4), 1, 1},
-                            (sk_dim3){POST_THREADS, 1, 1}, 0, stream, args);
+    return sk_kernel_launch_ex(p->k[K_POST], (sk_dim3){(unsigned)sk_cdiv((int64_t)t * s, 4), 1, 1},
+                               (sk_dim3){POST_THREADS, 1, 1}, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
   }
   int tpc = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters, stages = (int)b->dim[2];
   float rms_eps = p->caps.rms_eps, hc_eps = p->caps.hc_eps, norm_eps = p->caps.norm_eps;
@@ -397,16 +399,16 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
                              (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9], (void *)&ptr[5], (void *)&ptr[6],
                              (void *)&ptr[13], (void *)&ptr[10], (void *)&ptr[11], (void *)&ptr[12], &iters,
                              &rms_eps, &hc_eps, &norm_eps};
-    return sk_kernel_launch(p->k[pre ? K_PRE_FUSED_DECODE : K_POST_PRE_FUSED_DECODE], grid, block, 0, stream,
-                            pre ? pre_args : post_pre_args);
+    return sk_kernel_launch_ex(p->k[pre ? K_PRE_FUSED_DECODE : K_POST_PRE_FUSED_DECODE], grid, block, 0, stream,
+                               pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS);
   }
   if (t <= p->scalar_max_t) { /* decode: scalar partials, one warp per (token, tile, role) */
     const sk_dim3 grid = {(unsigned)t, s, SCALAR_ROLES}, block = {SCALAR_THREADS, 1, 1};
     void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6]};
     void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
                              (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6]};
-    SK_TRY(sk_kernel_launch(p->k[pre ? K_PRE_PARTIAL_SCALAR : K_POST_PRE_PARTIAL_SCALAR], grid, block, 0, stream,
-                            pre ? pre_args : post_pre_args));
+    SK_TRY(sk_kernel_launch_ex(p->k[pre ? K_PRE_PARTIAL_SCALAR : K_POST_PRE_PARTIAL_SCALAR], grid, block, 0, stream,
+                               pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS));
   } else {
     const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
@@ -414,8 +416,8 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
     void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
     void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
                              (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
-    SK_TRY(sk_kernel_launch(p->k[pre ? K_PRE_PARTIAL : K_POST_PRE_PARTIAL], grid, block, smem, stream,
-                            pre ? pre_args : post_pre_args));
+    SK_TRY(sk_kernel_launch_ex(p->k[pre ? K_PRE_PARTIAL : K_POST_PRE_PARTIAL], grid, block, smem, stream,
+                               pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS));
   }
   /* Both partial variants leave the same rows: one finalize. It reads the streams: x for pre
    * (4 copies), residual_out for post_pre. */
@@ -423,7 +425,8 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
   void *fin_args[] = {pre ? (void *)&ptr[0] : (void *)&ptr[5],
                       (void *)&ptr[6], (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9], (void *)&ptr[10],
                       (void *)&ptr[11], (void *)&ptr[12], &t, &hpc, &iters, &rms_eps, &hc_eps, &norm_eps};
-  return sk_kernel_launch(p->k[pre ? K_PRE_FINALIZE : K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args);
+  return sk_kernel_launch_ex(p->k[pre ? K_PRE_FINALIZE : K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args,
+                             SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 
 /* ---- registry and manifests --------------------------------------------------------------- */
