@@ -480,7 +480,16 @@ SK_API sk_status sk_kernel_prepare(const sk_kernel_request *req, sk_prepare_info
 
 /* ---- loading and launching ----------------------------------------------------------------- */
 
-static int timing_enabled = -1;
+/* SPARKINFER_TIMING and SPARKINFER_PDL, read once (racing first launches store the same value). */
+static _Atomic int timing_enabled = -1, overlap_enabled = -1;
+
+static int cached_flag(_Atomic int *cache, int (*read)(void)) {
+  int v = atomic_load_explicit(cache, memory_order_relaxed);
+  if (SK_UNLIKELY(v < 0)) atomic_store_explicit(cache, v = read() ? 1 : 0, memory_order_relaxed);
+  return v;
+}
+static int config_timing(void) { return sk_config()->timing; }
+static int config_overlap(void) { return sk_config()->overlap_launches; }
 
 static sk_status load_entry(sk_kernel *e) {
   SK_TRY(sk_driver_ensure_context());
@@ -569,12 +578,11 @@ SK_API sk_status sk_kernel_launch_ex(const sk_kernel *kernel, sk_dim3 grid, sk_d
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_kernel_launch: kernel is NULL or not loaded (use sk_kernel_resolve)");
   if (SK_UNLIKELY(flags & ~(unsigned)SK_LAUNCH_OVERLAP_PREVIOUS))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_kernel_launch_ex: unknown flags 0x%x", flags);
-  if (SK_UNLIKELY(timing_enabled < 0)) timing_enabled = sk_config()->timing ? 1 : 0;
   /* Timed launches stay plain: the events bracket one kernel (its griddepcontrol.wait is then a no-op). */
-  if (SK_UNLIKELY(timing_enabled))
+  if (SK_UNLIKELY(cached_flag(&timing_enabled, config_timing)))
     return sk_timing_launch((sk_kernel *)kernel, grid, block, shared_bytes, stream, args);
   void *fn = atomic_load_explicit(&kernel->function, memory_order_relaxed);
-  const bool overlap = (flags & SK_LAUNCH_OVERLAP_PREVIOUS) && sk_config()->overlap_launches &&
+  const bool overlap = (flags & SK_LAUNCH_OVERLAP_PREVIOUS) && cached_flag(&overlap_enabled, config_overlap) &&
                        sk_cu.cuLaunchKernelEx && arch_overlaps_launches(kernel->arch);
   const char *call = overlap ? "cuLaunchKernelEx" : "cuLaunchKernel";
   sk_cu_result r = overlap ? launch_with_overlap(fn, grid, block, shared_bytes, stream, args)
