@@ -379,15 +379,13 @@ SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load
 // cp.async writes visible to that thread (PTX ISA, cp.async.wait_group), so no barrier is needed.
 // Slots: entry e of a warp holds its 16-byte slots (slot i of lane l at 512 i + 16 l: a warp's
 // 16-byte accesses are conflict-free) then its 4-byte ones (at 512 s16 + 128 j + 4 l).
-// Weights .cg (L2 only, as streamed), tokens and scales .ca (re-read by every CTA). Immediate
-// global offsets as in ld_stream_u2.
-template <int OFF>
+// 16-byte weight copies .cg (L2 only: streamed), 16-byte token copies .ca (re-read by every CTA);
+// 4-byte copies (mxfp4 codes, scales) exist only as .ca. Immediate global offsets as in ld_stream_u2.
 SK_DEVICE void cp_async_weights16(u32 dst, const u8* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1 + %2], 16;" ::"r"(dst), "l"(src), "n"(OFF));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
 }
-template <int OFF>
 SK_DEVICE void cp_async_ro16(u32 dst, const u8* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1 + %2], 16;" ::"r"(dst), "l"(src), "n"(OFF));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
 }
 template <int OFF>
 SK_DEVICE void cp_async_ro4(u32 dst, const u8* src) {
@@ -508,12 +506,12 @@ SK_DEVICE void nvfp4_ring_load(const DecodeRingLane& ring, u32 entry, int step, 
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      cp_async_weights16<0>(s16 + 512u * (2 * rt + h), w_ptr[rt][h] + off);
+      cp_async_weights16(s16 + 512u * (2 * rt + h), w_ptr[rt][h] + off);
       cp_async_ro4<0>(s4 + 128u * (2 * rt + h), w_sf_base + (w_sfo4[rt][h] + step * 1024u));
     }
 #pragma unroll
   for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    cp_async_ro16<0>(s16 + 512u * (2 * ROW_TILES + nt), x_ptr[nt] + off);
+    cp_async_ro16(s16 + 512u * (2 * ROW_TILES + nt), x_ptr[nt] + off);
     cp_async_ro4<0>(s4 + 128u * (2 * ROW_TILES + nt), x_sf_base + (x_sfo4[nt] + step * 1024u));
   }
 }
