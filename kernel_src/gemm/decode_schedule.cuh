@@ -55,3 +55,45 @@ SK_DECODE_FN int sk_decode_ctas_per_sm(int recipe, int token_tiles, int warps, i
   const int c = sk_decode_threads_per_sm(recipe, token_tiles, row_tiles) / (32 * warps);
   return c > 1 ? c : 1;
 }
+
+// FP4 load ring (nvfp4 0, mxfp4 1; gemv_decode on sm_90 only): each lane stages its steps through
+// a cp.async ring of `depth` entries in dynamic shared memory, depth - 1 steps in flight per warp
+// while it computes one (the register stages it replaces kept one). Per lane and entry: a 16-byte
+// slot per weight row (2 per row tile) and per token tile (nvfp4: its 16 contiguous code bytes;
+// mxfp4: its 4 words, one per 32-K block), and a 4-byte slot per scale word (nvfp4: the aligned
+// u32 holding the lane's u16 of a row / token; mxfp4: a row's u32, two per token tile).
+SK_DECODE_FN int sk_decode_ring_slots16(int token_tiles, int row_tiles) { return 2 * row_tiles + token_tiles; }
+SK_DECODE_FN int sk_decode_ring_slots4(int recipe, int token_tiles, int row_tiles) {
+  return 2 * row_tiles + (recipe == 1 ? 2 : 1) * token_tiles;
+}
+SK_DECODE_FN int sk_decode_ring_lane_bytes(int recipe, int token_tiles, int row_tiles) {
+  return 16 * sk_decode_ring_slots16(token_tiles, row_tiles) + 4 * sk_decode_ring_slots4(recipe, token_tiles, row_tiles);
+}
+
+// Static shared memory of a gemv_decode with a ring: the warps' reduction buffer alone (its tile
+// flag lives inside it), a multiple of 128 bytes as the ring is.
+SK_DECODE_FN int sk_decode_static_smem_bytes(int warps, int token_tiles, int row_tiles) {
+  return warps * 16 * row_tiles * 8 * token_tiles * 4;
+}
+
+// Ring depth: the deepest of 4 .. 3 at which sk_decode_ctas_per_sm CTAs still fit an SM (sm_90:
+// 228 KB per SM, 227 KB per block, 1 KB reserved per block); 0 = no ring, two register stages
+// (other archs: sm_120a/sm_121a have ~100 KB per SM, too little for 3 entries at 4 CTAs; 2 entries
+// would keep no more in flight than the register stages). arch as sk_arch_number (90 = sm_90[a]).
+#define SK_DECODE_RING_MAX_DEPTH 4
+SK_DECODE_FN int sk_decode_ring_depth(int arch, int recipe, int token_tiles, int warps, int row_tiles) {
+  if (arch != 90 || (recipe != 0 && recipe != 1)) return 0;
+  const int ctas = sk_decode_ctas_per_sm(recipe, token_tiles, warps, row_tiles);
+  const int fixed = sk_decode_static_smem_bytes(warps, token_tiles, row_tiles) + 1024;
+  for (int depth = SK_DECODE_RING_MAX_DEPTH; depth >= 3; --depth) {
+    const int ring = depth * 32 * warps * sk_decode_ring_lane_bytes(recipe, token_tiles, row_tiles);
+    if (ring + fixed <= 228 * 1024 && ctas * (ring + fixed) <= 228 * 1024) return depth;
+  }
+  return 0;
+}
+
+// Dynamic shared memory a gemv_decode launch needs (the ring; 0 without one).
+SK_DECODE_FN int sk_decode_dynamic_smem_bytes(int arch, int recipe, int token_tiles, int warps, int row_tiles) {
+  return sk_decode_ring_depth(arch, recipe, token_tiles, warps, row_tiles) * 32 * warps *
+         sk_decode_ring_lane_bytes(recipe, token_tiles, row_tiles);
+}
