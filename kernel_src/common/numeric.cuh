@@ -304,6 +304,20 @@ SK_HOST_DEVICE float fp16_bits_to_float(u16 h) {
 #endif
 }
 
+// e4m3_to_float through cvt.rn.f16x2.e4m3x2 where the target has it (sm_89+): every E4M3 value,
+// subnormals included, is an FP16 value, and FP16 -> fp32 is exact, so the bits are those of
+// e4m3_to_float (NaN stays a NaN). Two conversions instead of the branchy integer decode.
+template <int CVT>
+SK_DEVICE float e4m3_to_float_cvt(u8 code) {
+  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2) {
+    u32 halves;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(u16(code)));
+    return fp16_bits_to_float(u16(halves & 0xFFFFu));  // the low half holds the low byte's value
+  } else {
+    return e4m3_to_float(code);
+  }
+}
+
 // RNE; overflow gives +-Inf; NaN gives 0x7FFF (the canonical NaN of cvt.rn.bf16.f32).
 SK_HOST_DEVICE u16 float_to_bf16_bits_sw(float f) {
   u32 u = f32_bits(f);

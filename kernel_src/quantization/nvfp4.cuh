@@ -93,10 +93,23 @@ SK_DEVICE float nvfp4_global_scale_from_amax(float amax) {
 
 // The factor that maps x to E2M1 units for block scale `scale`, in upstream's operation order:
 //   eff = scale == 0 ? 0 : 1 / (e4m3_value(scale) * (1 / gs)).
-// It depends only on the scale byte, so each CTA tabulates it once (kernels' eff_of_scale) and a
-// block looks it up: no division or E4M3 decode per block.
-SK_DEVICE float nvfp4_eff_of_scale(u8 scale, float gs_recip) {
-  return scale == 0 ? 0.0f : div_rn(1.0f, mul_rn(e4m3_to_float(scale), gs_recip));
+// It depends only on the scale byte, so each CTA tabulates it once and a block looks it up: no
+// division or E4M3 decode per block. Threads 0..127 of the CTA (kNvfp4Threads of them; a
+// __syncthreads must follow) each divide once, for the byte s = tid and its negative s | 0x80:
+// e4m3(s | 0x80) = -e4m3(s) and mul.rn / div.rn are odd in each operand, so that entry is the
+// exact negation (also for s = 0: 1 / (-0 * gsr) = -(1 / (+0 * gsr))). A NaN entry (byte 0x7F /
+// 0xFF, or gs NaN) is a NaN either way; which NaN does not matter: eff only enters mul.rn
+// (whose NaN result is the canonical one) and comparisons. 1 / gs is computed by these threads
+// only, as it feeds nothing else.
+template <int CVT>
+SK_DEVICE void nvfp4_fill_eff_table(float (&eff_of_scale)[256], float gs) {
+  const u32 s = threadIdx.x;
+  if (s < 128) {
+    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
+    const float d = div_rn(1.0f, mul_rn(e4m3_to_float_cvt<CVT>(u8(s)), gs_recip));
+    eff_of_scale[s] = s == 0 ? 0.0f : d;
+    eff_of_scale[s | 0x80u] = mul_rn(d, -1.0f);
+  }
 }
 
 // Eight values of one block -> eight E2M1 codes (v[i] in bits 4i+3..4i), -0 stored as +0.
@@ -290,10 +303,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
       if (blockIdx.x == 0 && threadIdx.x == 0) *global_scale = gs;
     }
-    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
     const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
-    for (int s = threadIdx.x; s < 256; s += blockDim.x)
-      eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
+    nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
     while (more) {
       u32 scales = 0;  // byte j: chunk j's; 0 for padding (a zero chunk's scale is not 0 for every gs)
@@ -329,10 +340,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
     const float gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
     if (threadIdx.x == 0) *global_scale = gs;
-    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
     const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
-    for (int s = threadIdx.x; s < 256; s += blockDim.x)
-      eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
+    nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kInCtaCachedChunks; r++) {
