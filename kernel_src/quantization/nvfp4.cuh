@@ -202,16 +202,34 @@ struct Nvfp4Chunk {
   u32 packed, scale;
 };
 
+// Codes of a chunk whose q = v * eff all have the sign of their input x or are +-0 (x finite,
+// eff finite and >= +0; the caller's warp vote): magnitudes from the fast encoder's lines,
+// unclamped when every |q| < 7 (SATURATE false), clamped otherwise, then the eight signs at once
+// from the inputs' sign bits (common/e2m1_fast.cuh).
+template <bool SATURATE>
+SK_DEVICE u32 nvfp4_encode_signed_by_input(const float (&v)[8], const uint4& raw, float eff) {
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
+  const u32 magnitudes = SATURATE ? sk_pack_e2m1x8_magnitudes(q) : sk_pack_e2m1x8_magnitudes_below7(q);
+  return sk_e2m1x8_apply_signs(magnitudes, sk_sign_nibbles8(raw.x, raw.y, raw.z, raw.w));
+}
+
 // Quantize one chunk (8 values, half of a 16-value block) whose other half is held by the
 // adjacent lane (lane ^ 1). All 32 lanes must call it together (full-mask shuffle); chunks that do
 // not exist are zeros (their results are not stored). scale_mask: 0 if gs == 0, else 0xFF.
 //
-// Software E2M1 (sm_90): a fast path for warps whose blocks all have amax * eff < 7 (finite):
-// the amax is two-at-a-time on the 16-bit inputs (NaN-propagating, so a NaN fails the test),
-// magnitudes skip the saturating clamp and the signs come from the inputs' sign bits, eight at
-// a time (common/e2m1_fast.cuh). Other warps (a NaN or Inf in some block, a block past the
-// E2M1 range when gs is given, or a non-finite eff from an extreme gs) take the general path,
-// the same as the hardware one but for the encoder. Both are bit-exact to the reference.
+// Software E2M1 (sm_90), three paths chosen per warp. The amax is two-at-a-time on the 16-bit
+// inputs (NaN-propagating) and p = amax * eff:
+//  * fast, every block p < 7 (false for NaN): magnitudes skip the saturating clamp and the signs
+//    come from the inputs' sign bits, eight at a time;
+//  * middle, every block p in [+0, FLT_MAX] (as bits: <= 0x7F7FFFFF; amax >= 0, so x finite,
+//    eff finite and sign-clear): blocks whose scale saturated at 448 (outliers, a given gs),
+//    the same with the clamp;
+//  * general, the rest (a NaN or Inf in some block, or a non-finite eff from an extreme gs): the
+//    same as the hardware path but for the encoder.
+// eff == 0 needs no special case in the first two: x is finite, so every q is +-0 and encodes
+// as 0. All are bit-exact to the reference (tests/test_quant_emulation.c).
 template <typename T, int CVT>
 SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_mask,
                                           const float (&eff_of_scale)[256]) {
@@ -225,14 +243,13 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_
     const float amax = absmax2_to_f32<T>(m);
     scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
     const float eff = eff_of_scale[scale];
-    general = !__all_sync(0xFFFFFFFFu, mul_rn(amax, eff) < 7.0f);  // false for NaN
-    if (!general) {
-      float q[8];
-#pragma unroll
-      for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
-      // eff == 0 needs no special case here: x is finite, so every q is +-0 and encodes as 0.
-      packed = sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q),
-                                     sk_sign_nibbles8(raw.x, raw.y, raw.z, raw.w));
+    const float amax_eff = mul_rn(amax, eff);
+    if (__all_sync(0xFFFFFFFFu, amax_eff < 7.0f)) {
+      packed = nvfp4_encode_signed_by_input<false>(v, raw, eff);
+      general = false;
+    } else if (__all_sync(0xFFFFFFFFu, f32_bits(amax_eff) <= 0x7F7FFFFFu)) {
+      packed = nvfp4_encode_signed_by_input<true>(v, raw, eff);
+      general = false;
     }
   }
   if (general) {
