@@ -248,6 +248,20 @@ SK_DEVICE u8 float_to_e4m3(float f) {
     return float_to_e4m3_sw(f);
 }
 
+// The same code in bits 7..0 of a u32 whose other bits are 0, with no masking instruction on the
+// hardware path: the pair's other value is +0, whose code is 0x00.
+template <int CVT>
+SK_DEVICE u32 float_to_e4m3_u32(float f) {
+  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2) {
+    u32 r;
+    asm("{\n\t.reg .b16 t, z;\n\tmov.b16 z, 0;\n\tcvt.rn.satfinite.e4m3x2.f32 t, %1, %2;\n\tmov.b32 %0, {t, z};\n\t}"
+        : "=r"(r)
+        : "f"(0.0f), "f"(f));
+    return r;
+  } else
+    return u32(float_to_e4m3_sw(f));
+}
+
 // Four values -> 32 bits, v[i] in byte i (memory order on a little-endian store).
 template <int CVT>
 SK_DEVICE u32 pack_e4m3x4(float v0, float v1, float v2, float v3) {

@@ -191,10 +191,17 @@ SK_DEVICE float absmax2_to_f32(u32 m) {
 }
 
 // Block scale byte from the block amax: sf = min(gs * (amax * (1/6)), 448); scale = e4m3(sf);
-// 0 when gs == 0, passed as scale_mask = 0 (else 0xFF): a mask, not a branch per block.
+// 0 when gs == 0. The rule holds (gs, 448), or (+0, +0) when gs == 0: then sf is min(+0 or NaN,
+// +0) = +0 for every amax (Inf and NaN included), whose code is 0x00: no mask or branch per block.
+struct Nvfp4ScaleRule {
+  float gs, cap;
+};
+SK_DEVICE Nvfp4ScaleRule nvfp4_scale_rule(float gs) {
+  return gs != 0.0f ? Nvfp4ScaleRule{gs, 448.0f} : Nvfp4ScaleRule{0.0f, 0.0f};
+}
 template <int CVT>
-SK_DEVICE u32 nvfp4_scale_bits(float amax, float gs, u32 scale_mask) {
-  return u32(float_to_e4m3<CVT>(min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f))) & scale_mask;
+SK_DEVICE u32 nvfp4_scale_bits(float amax, Nvfp4ScaleRule rule) {
+  return float_to_e4m3_u32<CVT>(min_f32(mul_rn(rule.gs, mul_rn(amax, kNvfp4Rcp6)), rule.cap));
 }
 
 // One chunk's result: its eight E2M1 codes and its block's E4M3 scale.
@@ -217,7 +224,7 @@ SK_DEVICE u32 nvfp4_encode_signed_by_input(const float (&v)[8], const uint4& raw
 
 // Quantize one chunk (8 values, half of a 16-value block) whose other half is held by the
 // adjacent lane (lane ^ 1). All 32 lanes must call it together (full-mask shuffle); chunks that do
-// not exist are zeros (their results are not stored). scale_mask: 0 if gs == 0, else 0xFF.
+// not exist are zeros (their results are not stored).
 //
 // Software E2M1 (sm_90), three paths chosen per warp. The amax is two-at-a-time on the 16-bit
 // inputs (NaN-propagating) and p = amax * eff:
@@ -231,7 +238,7 @@ SK_DEVICE u32 nvfp4_encode_signed_by_input(const float (&v)[8], const uint4& raw
 // eff == 0 needs no special case in the first two: x is finite, so every q is +-0 and encodes
 // as 0. All are bit-exact to the reference (tests/test_quant_emulation.c).
 template <typename T, int CVT>
-SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_mask,
+SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, Nvfp4ScaleRule rule,
                                           const float (&eff_of_scale)[256]) {
   float v[8];
   widen8<T>(raw, v);
@@ -241,7 +248,7 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_
     u32 m = absmax2_nan<T>(absmax2_nan<T>(raw.x, raw.y), absmax2_nan<T>(raw.z, raw.w));
     m = absmax2_nan<T>(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
     const float amax = absmax2_to_f32<T>(m);
-    scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
+    scale = nvfp4_scale_bits<CVT>(amax, rule);
     const float eff = eff_of_scale[scale];
     const float amax_eff = mul_rn(amax, eff);
     if (__all_sync(0xFFFFFFFFu, amax_eff < 7.0f)) {
@@ -259,7 +266,7 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_
 #pragma unroll
     for (int i = 0; i < 8; i++) amax = max_f32(amax, fabs_f32(v[i]));
     amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-    scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
+    scale = nvfp4_scale_bits<CVT>(amax, rule);
     packed = nvfp4_quantize8<CVT>(v, eff_of_scale[scale]);
   }
   return {packed, scale};
@@ -320,7 +327,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
       if (blockIdx.x == 0 && threadIdx.x == 0) *global_scale = gs;
     }
-    const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
+    const Nvfp4ScaleRule rule = nvfp4_scale_rule(gs);
     nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
     while (more) {
@@ -328,7 +335,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
 #pragma unroll
       for (int j = 0; j < kQuantChunksPerThread; j++) {
         if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
-          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], gs, scale_mask, eff_of_scale);
+          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], rule, eff_of_scale);
           walk.store_values(j, q.packed);
           if (walk.exists(j)) scales |= q.scale << (8 * j);
         }
@@ -357,13 +364,13 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
     const float gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
     if (threadIdx.x == 0) *global_scale = gs;
-    const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
+    const Nvfp4ScaleRule rule = nvfp4_scale_rule(gs);
     nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kInCtaCachedChunks; r++) {
       const i64 c = threadIdx.x + i64(r) * blockDim.x;
-      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(cached[r], gs, scale_mask, eff_of_scale);
+      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(cached[r], rule, eff_of_scale);
       if (c < chunks)
         nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
@@ -372,7 +379,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       const i64 c = base + threadIdx.x;
       const bool valid = c < chunks;
       const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(
-          valid ? load_chunk(x, ld_x, chunk_coord(c, cpr)) : make_uint4(0u, 0u, 0u, 0u), gs, scale_mask,
+          valid ? load_chunk(x, ld_x, chunk_coord(c, cpr)) : make_uint4(0u, 0u, 0u, 0u), rule,
           eff_of_scale);
       if (valid) nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
