@@ -41,7 +41,10 @@
 #define SK_QSPLIT_GROUP_ROWS 32 /* rows between the four rows of one 16-byte swizzled piece */
 #define SK_QSPLIT_PER_STEP 4    /* chunks per thread per unit: one per row group */
 
-SK_QSPLIT_FN int sk_qsplit_bands(int m) { return (m + SK_QSPLIT_BAND_ROWS - 1) / SK_QSPLIT_BAND_ROWS; }
+// Counts of positive m and cpr in unsigned arithmetic: shifts on the device, no sign fix-ups.
+SK_QSPLIT_FN int sk_qsplit_bands(int m) {
+  return (int)(((unsigned)m + SK_QSPLIT_BAND_ROWS - 1) / SK_QSPLIT_BAND_ROWS);
+}
 
 // Chunks per row of one k-tile (4 scale blocks of bc chunks): 8 NVFP4, 16 MXFP8.
 SK_QSPLIT_FN int sk_qsplit_tile_chunks(int bc) { return 4 * bc; }
@@ -49,7 +52,7 @@ SK_QSPLIT_FN int sk_qsplit_tile_chunks(int bc) { return 4 * bc; }
 SK_QSPLIT_FN int sk_qsplit_unit_rows(int bc) { return SK_QSPLIT_THREADS / sk_qsplit_tile_chunks(bc); }
 // Slabs per band: 1 NVFP4, 2 MXFP8.
 SK_QSPLIT_FN int sk_qsplit_slabs_per_band(int bc) { return SK_QSPLIT_GROUP_ROWS / sk_qsplit_unit_rows(bc); }
-SK_QSPLIT_FN int sk_qsplit_k_tiles(int cpr, int bc) { return (cpr / bc + 3) / 4; }
+SK_QSPLIT_FN int sk_qsplit_k_tiles(int cpr, int bc) { return (int)(((unsigned)cpr / (unsigned)bc + 3u) / 4u); }
 // Units of an [m, 8 cpr] tensor: below 2^27 for M * K <= 2^34 (and K < 2^31).
 SK_QSPLIT_FN int sk_qsplit_units(int m, int cpr, int bc) {
   return sk_qsplit_bands(m) * sk_qsplit_slabs_per_band(bc) * sk_qsplit_k_tiles(cpr, bc);
