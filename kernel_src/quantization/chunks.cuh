@@ -102,7 +102,8 @@ struct UnitWalk {
     if (!leader) return;
     // w: row row + 32 block, scale columns 4kt..4kt+3.
     if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_word(row, kt, k_tiles, block)) = w;
+      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_unit_scales(unit.quot, kt, k_tiles, BLOCK_CHUNKS) +
+                              sk_qsplit_thread_scale_word(threadIdx.x, BLOCK_CHUNKS)) = w;
     if constexpr ((LAYOUT & kScalesRowMajor) != 0) {
       const u32 r = row + block * kGroupRows;
       if (r < M) {

@@ -72,10 +72,18 @@ SK_QSPLIT_FN unsigned sk_qsplit_thread_block(unsigned t, int bc) { return sk_qsp
 SK_QSPLIT_FN int sk_qsplit_block_leader(unsigned t, int bc) { return sk_qsplit_thread_col(t, bc) % (unsigned)bc == 0; }
 
 // Byte offset of word c (row group c, columns 4kt..4kt+3) of the 16-byte swizzled piece of row
-// `row` (k-tile kt): the layout's (row / 128) * k_tiles * 512 + kt * 512 + (row % 32) * 16 + c * 4.
+// `row` (k-tile kt): the layout's (row / 128) * k_tiles * 512 + kt * 512 + (row % 32) * 16 + c * 4,
+// split as the walk computes it: a unit part (slab, kt) plus a thread part fixed for the whole
+// walk (thread t's row in the slab, below R, and its block c), since row = slab_row +
+// thread_row with slab_row = band * 128 + (slab % slabs per band) * R:
+//   sk_qsplit_unit_scales(slab, kt, k_tiles, bc) + sk_qsplit_thread_scale_word(t, bc).
 // 64-bit: a short, very wide tensor's padded buffer can pass 2^32 bytes.
-SK_QSPLIT_FN long long sk_qsplit_swizzled_word(unsigned row, unsigned kt, unsigned k_tiles, unsigned c) {
-  return ((long long)(row / SK_QSPLIT_BAND_ROWS) * k_tiles + kt) * 512 + (row % SK_QSPLIT_GROUP_ROWS) * 16 + c * 4;
+SK_QSPLIT_FN long long sk_qsplit_unit_scales(unsigned slab, unsigned kt, unsigned k_tiles, int bc) {
+  const unsigned spb = (unsigned)sk_qsplit_slabs_per_band(bc);
+  return ((long long)(slab / spb) * k_tiles + kt) * 512 + slab % spb * (unsigned)sk_qsplit_unit_rows(bc) * 16u;
+}
+SK_QSPLIT_FN unsigned sk_qsplit_thread_scale_word(unsigned t, int bc) {
+  return sk_qsplit_thread_row(t, bc) * 16u + sk_qsplit_thread_block(t, bc) * 4u;
 }
 
 // Byte offset of scale (row, kcol) in the 128x4 swizzled layout (common/scale_layout.cuh), with
