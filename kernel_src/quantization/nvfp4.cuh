@@ -46,7 +46,8 @@
 //     launches, amax_partials then nvfp4_rows<..., kGlobalScaleFromPartials, ...>.
 //
 // No input may alias an output. Each x element is read once (twice with GS_MODE 1 and 2: amax
-// pass, then quantize pass). 1 KiB of static shared memory (the eff table below).
+// pass, then quantize pass). 1 KiB of static shared memory (the eff table below), filled by
+// threads 0..127: blockDim must be the 256 above.
 //
 // Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element, but close to the
 // instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight
@@ -58,9 +59,11 @@
 // exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
 // them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
 // value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
-// signs; the block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs;
-// 1 / (e4m3(scale) / gs) is looked up in a per-CTA table of the 256 scale bytes (no division
-// per block).
+// signs; finite blocks whose scale saturated (outliers with a given gs) take the same with the
+// clamp (one more min per value) instead of the per-value general path; the block amax is
+// two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs; 1 / (e4m3(scale) / gs) is looked up in
+// a per-CTA table of the 256 scale bytes (no division per block), filled by 128 threads with
+// one division each (hardware E4M3 decode, the negative byte by exact negation).
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
