@@ -39,7 +39,7 @@ struct UnitWalk {
   u32 slab_row;     // the unit's first row (CTA-uniform)
   u32 warp_rows;    // rows from this warp's first row of chunk 0 to M (0 if past M)
   u32 kt;
-  bool col_exists;  // this thread's chunk column is below cpr
+  u32 chunk_rows;   // rows from row to M if this thread's chunk column is below cpr, else 0
   uint4 raw[kQuantChunksPerThread];
 
   SK_DEVICE UnitWalk(const T* __restrict__ input, int ld, int m, int k, u8* __restrict__ values,
@@ -77,7 +77,7 @@ struct UnitWalk {
     return true;
   }
   // Chunk j exists (its row is below M, its column below cpr).
-  SK_DEVICE bool exists(int j) const { return col_exists && row + j * kGroupRows < M; }
+  SK_DEVICE bool exists(int j) const { return j * kGroupRows < chunk_rows; }
   // Some lane of this warp has a row of chunk j below M (warp-uniform): else the warp skips it.
   SK_DEVICE bool warp_has(int j) const { return j * kGroupRows < warp_rows; }
 
@@ -126,7 +126,7 @@ struct UnitWalk {
     row = slab_row + thread_row;
     warp_rows = slab_row + warp_row < M ? M - (slab_row + warp_row) : 0u;
     const u32 col = kt * kTileChunks + thread_col;
-    col_exists = col < cpr;
+    chunk_rows = col < cpr && row < M ? M - row : 0u;
     x = x0 + i64(row) * ld_x + col * 8;
     values = values0 + (i64(row) * cpr + col) * VALUE_BYTES;
   }
