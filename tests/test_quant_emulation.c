@@ -394,13 +394,19 @@ Test(emulation, fast_e2m1_packing_equals_reference, .init = init) {
     if (sk_pack_e2m1x8_fast(v) != ref_pack_e2m1x8(v) && bad++ < 8)
       fprintf(stderr, "fast pack %a %a ..: %08x, reference %08x\n", v[0], v[1], sk_pack_e2m1x8_fast(v),
               ref_pack_e2m1x8(v));
+    /* the middle path's magnitudes (any input): the reference codes without their sign bits */
+    if (sk_pack_e2m1x8_magnitudes(v) != (ref_pack_e2m1x8(v) & 0x77777777u) && bad++ < 8)
+      fprintf(stderr, "magnitude pack %a %a ..: %08x, reference %08x\n", v[0], v[1], sk_pack_e2m1x8_magnitudes(v),
+              ref_pack_e2m1x8(v) & 0x77777777u);
   }
   cr_assert_eq(bad, 0);
 }
 
-/* ---- the NVFP4 kernel's block fast path (sm_90) ---------------------------------------------------
- * Taken by a block whose amax * eff < 7: the unclamped magnitude lines, and the signs applied
- * eight at a time from the inputs' sign bits (kernel_src/common/e2m1_fast.cuh). */
+/* ---- the NVFP4 kernel's block fast and middle paths (sm_90) ---------------------------------------
+ * Fast, taken by a block whose amax * eff < 7: the unclamped magnitude lines, and the signs applied
+ * eight at a time from the inputs' sign bits (kernel_src/common/e2m1_fast.cuh). Middle, taken when
+ * amax * eff is finite and sign-clear but not below 7 (a saturated scale): the clamped lines and
+ * the same signs. */
 
 /* Every fp32 with |q| < 7 (the path's domain): the unclamped lines give the reference magnitude.
  * Default: exponent fields 0..129 (|q| < 8), both signs, every mantissa (|q| below 2^-7 is also
@@ -458,10 +464,13 @@ Test(emulation, fast_e2m1_signs_equal_reference, .init = init) {
   cr_assert_eq(bad, 0);
 }
 
-/* Whole blocks through the fast path as the kernel runs it (NaN-propagating magnitude max, scale,
- * the eff table entry, the amax * eff < 7 test, then the fast encoder), against the reference,
- * on random BF16/FP16 blocks with specials and given global scales down to the extremes
- * (negative, tiny, huge, Inf, NaN), where the test must route blocks to the general path. */
+/* Whole blocks through the fast and middle paths as the kernel runs them (NaN-propagating
+ * magnitude max, scale, the eff table entry, the tests p = amax * eff < 7 (fast) and bits(p) <=
+ * 0x7F7FFFFF (middle: finite and sign-clear), then the fast encoder without or with the clamp),
+ * against the reference, on random BF16/FP16 blocks with specials and given global scales down to
+ * the extremes (negative, tiny, huge, Inf, NaN), where the tests must route blocks to the general
+ * path. Returns 1 (fast), 2 (middle) or 0 (general: nothing encoded). */
+enum { NVFP4_GENERAL = 0, NVFP4_FAST = 1, NVFP4_MIDDLE = 2 };
 static int fast_nvfp4_block(const uint16_t raw[16], skref_dtype dt, float gs, uint8_t *scale_out,
                             uint8_t packed[8]) {
   float x[16], amax = 0.0f;
@@ -475,17 +484,20 @@ static int fast_nvfp4_block(const uint16_t raw[16], skref_dtype dt, float gs, ui
   const float gs_recip = gs != 0.0f ? 1.0f / gs : 0.0f;
   const uint8_t scale = gs != 0.0f ? skref_e4m3_encode(fminf(gs * (amax * SKREF_NVFP4_RCP6), 448.0f)) : 0;
   const float eff = scale == 0 ? 0.0f : 1.0f / ((float)skref_e4m3_decode(scale) * gs_recip);
-  if (!(amax * eff < 7.0f)) return 0;
+  const float amax_eff = amax * eff;
+  const int path = amax_eff < 7.0f ? NVFP4_FAST : skref_f32_bits(amax_eff) <= 0x7F7FFFFFu ? NVFP4_MIDDLE : NVFP4_GENERAL;
+  if (path == NVFP4_GENERAL) return path;
   for (int h = 0; h < 2; h++) {
     float q[8];
     uint32_t w[4];
     for (int i = 0; i < 8; i++) q[i] = x[8 * h + i] * eff;
     for (int j = 0; j < 4; j++) w[j] = raw[8 * h + 2 * j] | (uint32_t)raw[8 * h + 2 * j + 1] << 16;
-    const uint32_t word = sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q), sk_sign_nibbles8(w[0], w[1], w[2], w[3]));
+    const uint32_t mags = path == NVFP4_FAST ? sk_pack_e2m1x8_magnitudes_below7(q) : sk_pack_e2m1x8_magnitudes(q);
+    const uint32_t word = sk_e2m1x8_apply_signs(mags, sk_sign_nibbles8(w[0], w[1], w[2], w[3]));
     memcpy(packed + 4 * h, &word, 4);
   }
   *scale_out = scale;
-  return 1;
+  return path;
 }
 
 Test(emulation, nvfp4_fast_blocks_equal_reference, .init = init) {
@@ -494,8 +506,8 @@ Test(emulation, nvfp4_fast_blocks_equal_reference, .init = init) {
   static const float global_scales[] = {1.0f, 448.0f, 0.037f, 2688.0f / 3.5f, 1e30f, 1e-30f, 0.0f, -3.0f, -0.0f,
                                         0x1.fffffep127f, 0x1p-140f, INFINITY, -INFINITY, NAN, 1e38f, 5e-39f};
   const int ngs = (int)(sizeof global_scales / sizeof global_scales[0]);
-  unsigned bad = 0, fast = 0;
-  for (int n = 0; n < 200000; n++) {
+  unsigned bad = 0, taken[3] = {0, 0, 0};
+  for (int n = 0; n < 300000; n++) {
     skref_dtype dt = (skref_dtype)(n & 1);
     uint16_t raw[16];
     switch (n % 4) {
@@ -513,11 +525,15 @@ Test(emulation, nvfp4_fast_blocks_equal_reference, .init = init) {
     float gs = global_scales[(n / 4) % ngs];
     if (n % 5 == 0) gs = skref_nvfp4_global_scale_from_amax(fabsf(x[0]) + fabsf(x[9]));
     uint8_t a[8], b[8], sa;
-    if (!fast_nvfp4_block(raw, dt, gs, &sa, a)) continue;
-    fast++;
+    const int path = fast_nvfp4_block(raw, dt, gs, &sa, a);
+    taken[path]++;
+    if (path == NVFP4_GENERAL) continue;
     const uint8_t sb = skref_nvfp4_quantize_block(x, gs, b);
-    if ((sa != sb || memcmp(a, b, 8)) && bad++ < 8) fprintf(stderr, "fast nvfp4 block %d (gs %a) differs\n", n, gs);
+    if ((sa != sb || memcmp(a, b, 8)) && bad++ < 8)
+      fprintf(stderr, "%s nvfp4 block %d (gs %a) differs\n", path == NVFP4_FAST ? "fast" : "middle", n, gs);
   }
   cr_assert_eq(bad, 0);
-  cr_assert(fast > 60000, "many blocks must take the fast path (%u)", fast);
+  cr_assert(taken[NVFP4_FAST] > 60000, "many blocks must take the fast path (%u)", taken[NVFP4_FAST]);
+  cr_assert(taken[NVFP4_MIDDLE] > 20000, "many blocks must take the middle path (%u)", taken[NVFP4_MIDDLE]);
+  cr_assert(taken[NVFP4_GENERAL] > 20000, "many blocks must take the general path (%u)", taken[NVFP4_GENERAL]);
 }

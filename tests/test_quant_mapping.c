@@ -96,7 +96,7 @@ static void replay_unit(run *r, unsigned unit) {
     const uint32_t w = sk_prmt(a[t], a[t ^ (unsigned)r->bc], sk_qsplit_transpose_b(block));
     if (!sk_qsplit_block_leader(t, r->bc)) continue;
     const unsigned row = slab_row + sk_qsplit_thread_row(t, r->bc);
-    const long long so = sk_qsplit_swizzled_word(row, kt, (unsigned)r->k_tiles, block);
+    const long long so = sk_qsplit_unit_scales(slab, kt, (unsigned)r->k_tiles, r->bc) + sk_qsplit_thread_scale_word(t, r->bc);
     const unsigned rr = row + block * SK_QSPLIT_GROUP_ROWS;
     for (unsigned i = 0; i < 4; i++) {
       const size_t want = skref_swizzled_scale_offset(rr, kt * 4 + i, (size_t)r->k_tiles);
@@ -281,8 +281,12 @@ Test(quant_mapping, arithmetic_limits) {
   cr_assert_eq(sk_qsplit_slab_row((unsigned)sk_qsplit_units(m8, 4, 4) - 1, 4), (unsigned)m8 - 128 + 16);
   const unsigned cols = (0x7FFFFFF0u / 16), k_tiles = (cols + 3) / 4;
   cr_assert_eq(sk_qsplit_k_tiles((int)(0x7FFFFFF0u / 8), 2), (int)k_tiles);
-  cr_assert_eq((size_t)sk_qsplit_swizzled_word(0, k_tiles - 1, k_tiles, 0),
-               skref_swizzled_scale_offset(0, (k_tiles - 1) * 4, k_tiles));
-  cr_assert_gt(sk_qsplit_swizzled_word(0, k_tiles - 1, k_tiles, 0), 0xFFFFFFFFll);
+  cr_assert_eq((size_t)sk_qsplit_unit_scales(0, k_tiles - 1, k_tiles, 2), skref_swizzled_scale_offset(0, (k_tiles - 1) * 4, k_tiles));
+  cr_assert_gt(sk_qsplit_unit_scales(0, k_tiles - 1, k_tiles, 2), 0xFFFFFFFFll);
+  /* the last band of the most units (NVFP4 K = 16, MXFP8 K = 32: one k-tile) */
+  cr_assert_eq((size_t)sk_qsplit_unit_scales((unsigned)sk_qsplit_units(m4, 2, 2) - 1, 0, 1, 2),
+               skref_swizzled_scale_offset((size_t)m4 - 128, 0, 1));
+  cr_assert_eq((size_t)sk_qsplit_unit_scales((unsigned)sk_qsplit_units(m8, 4, 4) - 1, 0, 1, 4),
+               skref_swizzled_scale_offset((size_t)m8 - 128 + 16, 0, 1));
   cr_assert_eq((size_t)sk_qsplit_swizzled_offset(0, cols - 1, k_tiles), skref_swizzled_scale_offset(0, cols - 1, k_tiles));
 }

@@ -87,11 +87,14 @@ SK_E2M1_FN unsigned sk_pack_e2m1x8_fast(const float q[8]) {
   return acc;
 }
 
-// ---- the NVFP4 kernel's block fast path (quantization/nvfp4.cuh) ------------------------------
-// Used for a block whose amax * eff < 7 (finite, so no NaN, Inf or non-finite eff; eff >= 0):
+// ---- the NVFP4 kernel's block fast and middle paths (quantization/nvfp4.cuh) -------------------
+// Fast: a block whose amax * eff < 7 (finite, so no NaN, Inf or non-finite eff; eff >= 0):
 // every q = x * eff is finite with |q| < 7 and the sign of x (or is +-0). Magnitudes come from
 // the unclamped lines, and the eight signs are applied at once from the input's 16-bit sign bits
 // (BF16 and FP16 alike) instead of one compare and select per value.
+// Middle: amax * eff finite and sign-clear but not below 7 (x finite, eff finite and >= +0):
+// every q has the sign of x or is +-0, possibly beyond 6 or +-Inf, so the magnitudes take the
+// clamped lines (one more integer min per value) and the signs come the same way.
 
 // Eight magnitude codes, |q[i]| < 7, in bits 4i+2..4i (bit 4i+3 clear).
 SK_E2M1_FN unsigned sk_pack_e2m1x8_magnitudes_below7(const float q[8]) {
@@ -100,6 +103,17 @@ SK_E2M1_FN unsigned sk_pack_e2m1x8_magnitudes_below7(const float q[8]) {
 #pragma unroll
 #endif
   for (int i = 0; i < 8; i++) acc += sk_e2m1_biased_magnitude_below7(q[i]) << (4 * i);
+  return acc;
+}
+
+// The same for any q (the clamped lines: |q| > 6, Inf and NaN give 7): the kernel's middle path,
+// blocks whose amax * eff is finite but not below 7 (a saturated block scale), x and eff finite.
+SK_E2M1_FN unsigned sk_pack_e2m1x8_magnitudes(const float q[8]) {
+  unsigned acc = 0u - 0xFB000000u;
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+  for (int i = 0; i < 8; i++) acc += sk_e2m1_biased_magnitude(q[i]) << (4 * i);
   return acc;
 }
 

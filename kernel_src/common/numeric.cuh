@@ -248,6 +248,20 @@ SK_DEVICE u8 float_to_e4m3(float f) {
     return float_to_e4m3_sw(f);
 }
 
+// The same code in bits 7..0 of a u32 whose other bits are 0, with no masking instruction on the
+// hardware path: the pair's other value is +0, whose code is 0x00.
+template <int CVT>
+SK_DEVICE u32 float_to_e4m3_u32(float f) {
+  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2) {
+    u32 r;
+    asm("{\n\t.reg .b16 t, z;\n\tmov.b16 z, 0;\n\tcvt.rn.satfinite.e4m3x2.f32 t, %1, %2;\n\tmov.b32 %0, {t, z};\n\t}"
+        : "=r"(r)
+        : "f"(0.0f), "f"(f));
+    return r;
+  } else
+    return u32(float_to_e4m3_sw(f));
+}
+
 // Four values -> 32 bits, v[i] in byte i (memory order on a little-endian store).
 template <int CVT>
 SK_DEVICE u32 pack_e4m3x4(float v0, float v1, float v2, float v3) {
@@ -302,6 +316,20 @@ SK_HOST_DEVICE float fp16_bits_to_float(u16 h) {
 #else
   return fp16_bits_to_float_sw(h);
 #endif
+}
+
+// e4m3_to_float through cvt.rn.f16x2.e4m3x2 where the target has it (sm_89+): every E4M3 value,
+// subnormals included, is an FP16 value, and FP16 -> fp32 is exact, so the bits are those of
+// e4m3_to_float (NaN stays a NaN). Two conversions instead of the branchy integer decode.
+template <int CVT>
+SK_DEVICE float e4m3_to_float_cvt(u8 code) {
+  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2) {
+    u32 halves;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(u16(code)));
+    return fp16_bits_to_float(u16(halves & 0xFFFFu));  // the low half holds the low byte's value
+  } else {
+    return e4m3_to_float(code);
+  }
 }
 
 // RNE; overflow gives +-Inf; NaN gives 0x7FFF (the canonical NaN of cvt.rn.bf16.f32).

@@ -41,7 +41,11 @@ struct StridedDivmod {
         d(divisor),
         step(stride),
         step_quot(stride / divisor),
-        step_rem(stride % divisor) {}
+        step_rem(stride % divisor) {
+    // Both divisions here, together: ptxas then expands one reciprocal of d for the two (it
+    // would sink the step's division to its first use, e.g. past a barrier, and expand it again).
+    asm volatile("" ::"r"(step_quot), "r"(step_rem));
+  }
   SK_DEVICE void advance() {
     i += step;
     quot += step_quot;

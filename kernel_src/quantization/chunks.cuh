@@ -39,7 +39,7 @@ struct UnitWalk {
   u32 slab_row;     // the unit's first row (CTA-uniform)
   u32 warp_rows;    // rows from this warp's first row of chunk 0 to M (0 if past M)
   u32 kt;
-  bool col_exists;  // this thread's chunk column is below cpr
+  u32 chunk_rows;   // rows from row to M if this thread's chunk column is below cpr, else 0
   uint4 raw[kQuantChunksPerThread];
 
   SK_DEVICE UnitWalk(const T* __restrict__ input, int ld, int m, int k, u8* __restrict__ values,
@@ -50,13 +50,13 @@ struct UnitWalk {
         rows0(rows),
         ld_x(ld),
         x_group_stride(i64(kGroupRows) * ld),
-        value_group_stride(i64(kGroupRows) * (k / 8) * VALUE_BYTES),
+        value_group_stride(i64(kGroupRows) * (u32(k) / 8u) * VALUE_BYTES),
         M(u32(m)),
-        cpr(u32(k / 8)),
-        cols(u32(k / 8 / BLOCK_CHUNKS)),
-        k_tiles(u32(sk_qsplit_k_tiles(k / 8, BLOCK_CHUNKS))),
-        units(u32(sk_qsplit_units(m, k / 8, BLOCK_CHUNKS))),
-        rows_words(((reinterpret_cast<unsigned long long>(rows) | u32(k / 8 / BLOCK_CHUNKS)) & 3u) == 0),
+        cpr(u32(k) / 8u),
+        cols(u32(k) / 8u / BLOCK_CHUNKS),
+        k_tiles(u32(sk_qsplit_k_tiles(int(u32(k) / 8u), BLOCK_CHUNKS))),
+        units(u32(sk_qsplit_units(m, int(u32(k) / 8u), BLOCK_CHUNKS))),
+        rows_words(((reinterpret_cast<unsigned long long>(rows) | (u32(k) / 8u / BLOCK_CHUNKS)) & 3u) == 0),
         thread_row(sk_qsplit_thread_row(threadIdx.x, BLOCK_CHUNKS)),
         thread_col(sk_qsplit_thread_col(threadIdx.x, BLOCK_CHUNKS)),
         block(sk_qsplit_thread_block(threadIdx.x, BLOCK_CHUNKS)),
@@ -77,7 +77,7 @@ struct UnitWalk {
     return true;
   }
   // Chunk j exists (its row is below M, its column below cpr).
-  SK_DEVICE bool exists(int j) const { return col_exists && row + j * kGroupRows < M; }
+  SK_DEVICE bool exists(int j) const { return j * kGroupRows < chunk_rows; }
   // Some lane of this warp has a row of chunk j below M (warp-uniform): else the warp skips it.
   SK_DEVICE bool warp_has(int j) const { return j * kGroupRows < warp_rows; }
 
@@ -102,7 +102,8 @@ struct UnitWalk {
     if (!leader) return;
     // w: row row + 32 block, scale columns 4kt..4kt+3.
     if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_swizzled_word(row, kt, k_tiles, block)) = w;
+      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_unit_scales(unit.quot, kt, k_tiles, BLOCK_CHUNKS) +
+                              sk_qsplit_thread_scale_word(threadIdx.x, BLOCK_CHUNKS)) = w;
     if constexpr ((LAYOUT & kScalesRowMajor) != 0) {
       const u32 r = row + block * kGroupRows;
       if (r < M) {
@@ -125,7 +126,7 @@ struct UnitWalk {
     row = slab_row + thread_row;
     warp_rows = slab_row + warp_row < M ? M - (slab_row + warp_row) : 0u;
     const u32 col = kt * kTileChunks + thread_col;
-    col_exists = col < cpr;
+    chunk_rows = col < cpr && row < M ? M - row : 0u;
     x = x0 + i64(row) * ld_x + col * 8;
     values = values0 + (i64(row) * cpr + col) * VALUE_BYTES;
   }

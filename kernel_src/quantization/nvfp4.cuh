@@ -46,7 +46,8 @@
 //     launches, amax_partials then nvfp4_rows<..., kGlobalScaleFromPartials, ...>.
 //
 // No input may alias an output. Each x element is read once (twice with GS_MODE 1 and 2: amax
-// pass, then quantize pass). 1 KiB of static shared memory (the eff table below).
+// pass, then quantize pass). 1 KiB of static shared memory (the eff table below), filled by
+// threads 0..127: blockDim must be the 256 above.
 //
 // Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element, but close to the
 // instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight
@@ -58,9 +59,11 @@
 // exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
 // them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
 // value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
-// signs; the block amax is two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs;
-// 1 / (e4m3(scale) / gs) is looked up in a per-CTA table of the 256 scale bytes (no division
-// per block).
+// signs; finite blocks whose scale saturated (outliers with a given gs) take the same with the
+// clamp (one more min per value) instead of the per-value general path; the block amax is
+// two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs; 1 / (e4m3(scale) / gs) is looked up in
+// a per-CTA table of the 256 scale bytes (no division per block), filled by 128 threads with
+// one division each (hardware E4M3 decode, the negative byte by exact negation).
 #pragma once
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
@@ -93,10 +96,23 @@ SK_DEVICE float nvfp4_global_scale_from_amax(float amax) {
 
 // The factor that maps x to E2M1 units for block scale `scale`, in upstream's operation order:
 //   eff = scale == 0 ? 0 : 1 / (e4m3_value(scale) * (1 / gs)).
-// It depends only on the scale byte, so each CTA tabulates it once (kernels' eff_of_scale) and a
-// block looks it up: no division or E4M3 decode per block.
-SK_DEVICE float nvfp4_eff_of_scale(u8 scale, float gs_recip) {
-  return scale == 0 ? 0.0f : div_rn(1.0f, mul_rn(e4m3_to_float(scale), gs_recip));
+// It depends only on the scale byte, so each CTA tabulates it once and a block looks it up: no
+// division or E4M3 decode per block. Threads 0..127 of the CTA (kNvfp4Threads of them; a
+// __syncthreads must follow) each divide once, for the byte s = tid and its negative s | 0x80:
+// e4m3(s | 0x80) = -e4m3(s) and mul.rn / div.rn are odd in each operand, so that entry is the
+// exact negation (also for s = 0: 1 / (-0 * gsr) = -(1 / (+0 * gsr))). A NaN entry (byte 0x7F /
+// 0xFF, or gs NaN) is a NaN either way; which NaN does not matter: eff only enters mul.rn
+// (whose NaN result is the canonical one) and comparisons. 1 / gs is computed by these threads
+// only, as it feeds nothing else.
+template <int CVT>
+SK_DEVICE void nvfp4_fill_eff_table(float (&eff_of_scale)[256], float gs) {
+  const u32 s = threadIdx.x;
+  if (s < 128) {
+    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
+    const float d = div_rn(1.0f, mul_rn(e4m3_to_float_cvt<CVT>(u8(s)), gs_recip));
+    eff_of_scale[s] = s == 0 ? 0.0f : d;
+    eff_of_scale[s | 0x80u] = mul_rn(d, -1.0f);
+  }
 }
 
 // Eight values of one block -> eight E2M1 codes (v[i] in bits 4i+3..4i), -0 stored as +0.
@@ -178,10 +194,17 @@ SK_DEVICE float absmax2_to_f32(u32 m) {
 }
 
 // Block scale byte from the block amax: sf = min(gs * (amax * (1/6)), 448); scale = e4m3(sf);
-// 0 when gs == 0, passed as scale_mask = 0 (else 0xFF): a mask, not a branch per block.
+// 0 when gs == 0. The rule holds (gs, 448), or (+0, +0) when gs == 0: then sf is min(+0 or NaN,
+// +0) = +0 for every amax (Inf and NaN included), whose code is 0x00: no mask or branch per block.
+struct Nvfp4ScaleRule {
+  float gs, cap;
+};
+SK_DEVICE Nvfp4ScaleRule nvfp4_scale_rule(float gs) {
+  return gs != 0.0f ? Nvfp4ScaleRule{gs, 448.0f} : Nvfp4ScaleRule{0.0f, 0.0f};
+}
 template <int CVT>
-SK_DEVICE u32 nvfp4_scale_bits(float amax, float gs, u32 scale_mask) {
-  return u32(float_to_e4m3<CVT>(min_f32(mul_rn(gs, mul_rn(amax, kNvfp4Rcp6)), 448.0f))) & scale_mask;
+SK_DEVICE u32 nvfp4_scale_bits(float amax, Nvfp4ScaleRule rule) {
+  return float_to_e4m3_u32<CVT>(min_f32(mul_rn(rule.gs, mul_rn(amax, kNvfp4Rcp6)), rule.cap));
 }
 
 // One chunk's result: its eight E2M1 codes and its block's E4M3 scale.
@@ -189,18 +212,36 @@ struct Nvfp4Chunk {
   u32 packed, scale;
 };
 
+// Codes of a chunk whose q = v * eff all have the sign of their input x or are +-0 (x finite,
+// eff finite and >= +0; the caller's warp vote): magnitudes from the fast encoder's lines,
+// unclamped when every |q| < 7 (SATURATE false), clamped otherwise, then the eight signs at once
+// from the inputs' sign bits (common/e2m1_fast.cuh).
+template <bool SATURATE>
+SK_DEVICE u32 nvfp4_encode_signed_by_input(const float (&v)[8], const uint4& raw, float eff) {
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
+  const u32 magnitudes = SATURATE ? sk_pack_e2m1x8_magnitudes(q) : sk_pack_e2m1x8_magnitudes_below7(q);
+  return sk_e2m1x8_apply_signs(magnitudes, sk_sign_nibbles8(raw.x, raw.y, raw.z, raw.w));
+}
+
 // Quantize one chunk (8 values, half of a 16-value block) whose other half is held by the
 // adjacent lane (lane ^ 1). All 32 lanes must call it together (full-mask shuffle); chunks that do
-// not exist are zeros (their results are not stored). scale_mask: 0 if gs == 0, else 0xFF.
+// not exist are zeros (their results are not stored).
 //
-// Software E2M1 (sm_90): a fast path for warps whose blocks all have amax * eff < 7 (finite):
-// the amax is two-at-a-time on the 16-bit inputs (NaN-propagating, so a NaN fails the test),
-// magnitudes skip the saturating clamp and the signs come from the inputs' sign bits, eight at
-// a time (common/e2m1_fast.cuh). Other warps (a NaN or Inf in some block, a block past the
-// E2M1 range when gs is given, or a non-finite eff from an extreme gs) take the general path,
-// the same as the hardware one but for the encoder. Both are bit-exact to the reference.
+// Software E2M1 (sm_90), three paths chosen per warp. The amax is two-at-a-time on the 16-bit
+// inputs (NaN-propagating) and p = amax * eff:
+//  * fast, every block p < 7 (false for NaN): magnitudes skip the saturating clamp and the signs
+//    come from the inputs' sign bits, eight at a time;
+//  * middle, every block p in [+0, FLT_MAX] (as bits: <= 0x7F7FFFFF; amax >= 0, so x finite,
+//    eff finite and sign-clear): blocks whose scale saturated at 448 (outliers, a given gs),
+//    the same with the clamp;
+//  * general, the rest (a NaN or Inf in some block, or a non-finite eff from an extreme gs): the
+//    same as the hardware path but for the encoder.
+// eff == 0 needs no special case in the first two: x is finite, so every q is +-0 and encodes
+// as 0. All are bit-exact to the reference (tests/test_quant_emulation.c).
 template <typename T, int CVT>
-SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_mask,
+SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, Nvfp4ScaleRule rule,
                                           const float (&eff_of_scale)[256]) {
   float v[8];
   widen8<T>(raw, v);
@@ -210,16 +251,15 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_
     u32 m = absmax2_nan<T>(absmax2_nan<T>(raw.x, raw.y), absmax2_nan<T>(raw.z, raw.w));
     m = absmax2_nan<T>(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
     const float amax = absmax2_to_f32<T>(m);
-    scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
+    scale = nvfp4_scale_bits<CVT>(amax, rule);
     const float eff = eff_of_scale[scale];
-    general = !__all_sync(0xFFFFFFFFu, mul_rn(amax, eff) < 7.0f);  // false for NaN
-    if (!general) {
-      float q[8];
-#pragma unroll
-      for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
-      // eff == 0 needs no special case here: x is finite, so every q is +-0 and encodes as 0.
-      packed = sk_e2m1x8_apply_signs(sk_pack_e2m1x8_magnitudes_below7(q),
-                                     sk_sign_nibbles8(raw.x, raw.y, raw.z, raw.w));
+    const float amax_eff = mul_rn(amax, eff);
+    if (__all_sync(0xFFFFFFFFu, amax_eff < 7.0f)) {
+      packed = nvfp4_encode_signed_by_input<false>(v, raw, eff);
+      general = false;
+    } else if (__all_sync(0xFFFFFFFFu, f32_bits(amax_eff) <= 0x7F7FFFFFu)) {
+      packed = nvfp4_encode_signed_by_input<true>(v, raw, eff);
+      general = false;
     }
   }
   if (general) {
@@ -229,7 +269,7 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, float gs, u32 scale_
 #pragma unroll
     for (int i = 0; i < 8; i++) amax = max_f32(amax, fabs_f32(v[i]));
     amax = max_f32(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-    scale = nvfp4_scale_bits<CVT>(amax, gs, scale_mask);
+    scale = nvfp4_scale_bits<CVT>(amax, rule);
     packed = nvfp4_quantize8<CVT>(v, eff_of_scale[scale]);
   }
   return {packed, scale};
@@ -290,17 +330,15 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
       if (blockIdx.x == 0 && threadIdx.x == 0) *global_scale = gs;
     }
-    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
-    const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
-    for (int s = threadIdx.x; s < 256; s += blockDim.x)
-      eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
+    const Nvfp4ScaleRule rule = nvfp4_scale_rule(gs);
+    nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
     while (more) {
       u32 scales = 0;  // byte j: chunk j's; 0 for padding (a zero chunk's scale is not 0 for every gs)
 #pragma unroll
       for (int j = 0; j < kQuantChunksPerThread; j++) {
         if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
-          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], gs, scale_mask, eff_of_scale);
+          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], rule, eff_of_scale);
           walk.store_values(j, q.packed);
           if (walk.exists(j)) scales |= q.scale << (8 * j);
         }
@@ -329,15 +367,13 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     amax = max(amax, strided_finite_amax_bits(x, ld_x, M, K, first_chunk, blockDim.x));
     const float gs = nvfp4_global_scale_from_amax(f32_from_bits(block_max_bits(amax)));
     if (threadIdx.x == 0) *global_scale = gs;
-    const float gs_recip = gs != 0.0f ? div_rn(1.0f, gs) : 0.0f;
-    const u32 scale_mask = gs != 0.0f ? 0xFFu : 0u;
-    for (int s = threadIdx.x; s < 256; s += blockDim.x)
-      eff_of_scale[s] = nvfp4_eff_of_scale(u8(s), gs_recip);
+    const Nvfp4ScaleRule rule = nvfp4_scale_rule(gs);
+    nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kInCtaCachedChunks; r++) {
       const i64 c = threadIdx.x + i64(r) * blockDim.x;
-      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(cached[r], gs, scale_mask, eff_of_scale);
+      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(cached[r], rule, eff_of_scale);
       if (c < chunks)
         nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
@@ -346,7 +382,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       const i64 c = base + threadIdx.x;
       const bool valid = c < chunks;
       const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(
-          valid ? load_chunk(x, ld_x, chunk_coord(c, cpr)) : make_uint4(0u, 0u, 0u, 0u), gs, scale_mask,
+          valid ? load_chunk(x, ld_x, chunk_coord(c, cpr)) : make_uint4(0u, 0u, 0u, 0u), rule,
           eff_of_scale);
       if (valid) nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }

@@ -41,7 +41,10 @@
 #define SK_QSPLIT_GROUP_ROWS 32 /* rows between the four rows of one 16-byte swizzled piece */
 #define SK_QSPLIT_PER_STEP 4    /* chunks per thread per unit: one per row group */
 
-SK_QSPLIT_FN int sk_qsplit_bands(int m) { return (m + SK_QSPLIT_BAND_ROWS - 1) / SK_QSPLIT_BAND_ROWS; }
+// Counts of positive m and cpr in unsigned arithmetic: shifts on the device, no sign fix-ups.
+SK_QSPLIT_FN int sk_qsplit_bands(int m) {
+  return (int)(((unsigned)m + SK_QSPLIT_BAND_ROWS - 1) / SK_QSPLIT_BAND_ROWS);
+}
 
 // Chunks per row of one k-tile (4 scale blocks of bc chunks): 8 NVFP4, 16 MXFP8.
 SK_QSPLIT_FN int sk_qsplit_tile_chunks(int bc) { return 4 * bc; }
@@ -49,7 +52,7 @@ SK_QSPLIT_FN int sk_qsplit_tile_chunks(int bc) { return 4 * bc; }
 SK_QSPLIT_FN int sk_qsplit_unit_rows(int bc) { return SK_QSPLIT_THREADS / sk_qsplit_tile_chunks(bc); }
 // Slabs per band: 1 NVFP4, 2 MXFP8.
 SK_QSPLIT_FN int sk_qsplit_slabs_per_band(int bc) { return SK_QSPLIT_GROUP_ROWS / sk_qsplit_unit_rows(bc); }
-SK_QSPLIT_FN int sk_qsplit_k_tiles(int cpr, int bc) { return (cpr / bc + 3) / 4; }
+SK_QSPLIT_FN int sk_qsplit_k_tiles(int cpr, int bc) { return (int)(((unsigned)cpr / (unsigned)bc + 3u) / 4u); }
 // Units of an [m, 8 cpr] tensor: below 2^27 for M * K <= 2^34 (and K < 2^31).
 SK_QSPLIT_FN int sk_qsplit_units(int m, int cpr, int bc) {
   return sk_qsplit_bands(m) * sk_qsplit_slabs_per_band(bc) * sk_qsplit_k_tiles(cpr, bc);
@@ -69,10 +72,18 @@ SK_QSPLIT_FN unsigned sk_qsplit_thread_block(unsigned t, int bc) { return sk_qsp
 SK_QSPLIT_FN int sk_qsplit_block_leader(unsigned t, int bc) { return sk_qsplit_thread_col(t, bc) % (unsigned)bc == 0; }
 
 // Byte offset of word c (row group c, columns 4kt..4kt+3) of the 16-byte swizzled piece of row
-// `row` (k-tile kt): the layout's (row / 128) * k_tiles * 512 + kt * 512 + (row % 32) * 16 + c * 4.
+// `row` (k-tile kt): the layout's (row / 128) * k_tiles * 512 + kt * 512 + (row % 32) * 16 + c * 4,
+// split as the walk computes it: a unit part (slab, kt) plus a thread part fixed for the whole
+// walk (thread t's row in the slab, below R, and its block c), since row = slab_row +
+// thread_row with slab_row = band * 128 + (slab % slabs per band) * R:
+//   sk_qsplit_unit_scales(slab, kt, k_tiles, bc) + sk_qsplit_thread_scale_word(t, bc).
 // 64-bit: a short, very wide tensor's padded buffer can pass 2^32 bytes.
-SK_QSPLIT_FN long long sk_qsplit_swizzled_word(unsigned row, unsigned kt, unsigned k_tiles, unsigned c) {
-  return ((long long)(row / SK_QSPLIT_BAND_ROWS) * k_tiles + kt) * 512 + (row % SK_QSPLIT_GROUP_ROWS) * 16 + c * 4;
+SK_QSPLIT_FN long long sk_qsplit_unit_scales(unsigned slab, unsigned kt, unsigned k_tiles, int bc) {
+  const unsigned spb = (unsigned)sk_qsplit_slabs_per_band(bc);
+  return ((long long)(slab / spb) * k_tiles + kt) * 512 + slab % spb * (unsigned)sk_qsplit_unit_rows(bc) * 16u;
+}
+SK_QSPLIT_FN unsigned sk_qsplit_thread_scale_word(unsigned t, int bc) {
+  return sk_qsplit_thread_row(t, bc) * 16u + sk_qsplit_thread_block(t, bc) * 4u;
 }
 
 // Byte offset of scale (row, kcol) in the 128x4 swizzled layout (common/scale_layout.cuh), with
