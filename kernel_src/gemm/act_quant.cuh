@@ -93,7 +93,7 @@ template <int CVT>
 __global__ void __launch_bounds__(kActQuantThreads)
     act_quant_block_fp8(const __nv_bfloat16* __restrict__ x, int M, int K, u8* __restrict__ codes,
                         float* __restrict__ scales) {
-  pdl_launch_dependents();  // the decode GEMM that follows may be scheduled now (it waits for us)
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   const i64 num_threads = i64(gridDim.x) * blockDim.x;
   // Sixteen threads per 128-element block, 8 elements (one 16-byte load) each. x is contiguous
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kActQuantThreads)
     act_quant_tensor_fp8(const __nv_bfloat16* __restrict__ x, int M, int K,
                          const float* __restrict__ amax_partials, int num_partials,
                          u8* __restrict__ codes, float* __restrict__ scale_out) {
-  pdl_launch_dependents();  // the decode GEMM that follows may be scheduled now (it waits for us)
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   const i64 num_threads = i64(gridDim.x) * blockDim.x;
   // Tensor amax: the max of the partials (non-negative finite floats, compared as integer bits:

@@ -30,6 +30,7 @@
 // unit's scales leave as whole 4-byte words (256 contiguous bytes per unit, padding included).
 #pragma once
 #include "common/defs.cuh"
+#include "common/sync.cuh"
 #include "common/numeric.cuh"
 #include "common/scale_layout.cuh"
 #include "quantization/chunks.cuh"
@@ -77,6 +78,7 @@ template <typename T, int LAYOUT, int CVT>
 __global__ void __launch_bounds__(kMxfp8Threads, 6)
     mxfp8_rows(const T* __restrict__ x, int ld_x, int M, int K, u8* __restrict__ values,
                u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   static_assert(LAYOUT >= kScalesSwizzled && LAYOUT <= kScalesBoth, "LAYOUT: 1, 2 or 3");
   // Four threads per 32-value block, 8 values (one 16-byte load) each: a block is an aligned lane
   // quad. One unit (128 rows x half a k-tile, quantization/split.cuh) per step: its four chunks

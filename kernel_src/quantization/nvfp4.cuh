@@ -66,6 +66,7 @@
 // one division each (hardware E4M3 decode, the negative byte by exact negation).
 #pragma once
 #include "common/defs.cuh"
+#include "common/sync.cuh"
 #include "common/numeric.cuh"
 #include "common/reduce.cuh"
 #include "common/scale_layout.cuh"
@@ -166,6 +167,7 @@ template <typename T>
 __global__ void __launch_bounds__(kNvfp4Threads)
     nvfp4_amax_partials(const T* __restrict__ x, int ld_x, int M, int K,
                         float* __restrict__ amax_partials) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   const i64 tid = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   const u32 amax =
       block_max_bits(strided_finite_amax_bits(x, ld_x, M, K, tid, i64(gridDim.x) * blockDim.x));
@@ -308,6 +310,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
                u8* __restrict__ scales_swizzled, u8* __restrict__ scales_rows,
                float* __restrict__ global_scale, const float* __restrict__ amax_partials,
                int num_partials) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   static_assert(LAYOUT >= kScalesSwizzled && LAYOUT <= kScalesBoth, "LAYOUT: 1, 2 or 3");
   static_assert(GS_MODE >= kGlobalScaleGiven && GS_MODE <= kGlobalScaleInCta, "GS_MODE: 0..2");
   // Two threads per 16-value block, 8 values (one 16-byte load) each: a block is a lane pair.

@@ -679,7 +679,8 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
     int ld = (int)k, mi = (int)m, ki = (int)k;
     const int64_t grid = quant_rows_grid(m, k, 32, 0, sm_count()); /* the quantization.mxfp8 op's grid */
     void *args[] = {(void *)&xp, &ld, &mi, &ki, &cp, &sp, &rows};
-    sk_status s = sk_kernel_launch(qk, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, stream, args);
+    sk_status s = sk_kernel_launch_ex(qk, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, stream, args,
+                                      SK_LAUNCH_OVERLAP_PREVIOUS);
     if (s != SK_OK) return sk_wrap_error(s, "gemm.mxfp8_linear");
   }
   char *rest = (char *)workspace + mxfp8_act_bytes(m, k);
@@ -894,8 +895,8 @@ SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *p, cons
   void *codes = b->ptr[1], *scales = b->ptr[2];
   int m = (int)b->dim[0], k = (int)p->caps.k;
   void *qargs[] = {(void *)&x, &m, &k, &codes, &scales};
-  SK_TRY(sk_kernel_launch(p->quant, (sk_dim3){(unsigned)sk_cdiv((int64_t)m * k, 2048), 1, 1}, (sk_dim3){256, 1, 1}, 0,
-                          stream, qargs));
+  SK_TRY(sk_kernel_launch_ex(p->quant, (sk_dim3){(unsigned)sk_cdiv((int64_t)m * k, 2048), 1, 1}, (sk_dim3){256, 1, 1},
+                             0, stream, qargs, SK_LAUNCH_OVERLAP_PREVIOUS));
   mm_args a = {codes, scales, b->ptr[3], b->ptr[4], NULL, b->ptr[5], m, p->caps.n, k, (int)p->caps.out};
   const int regime = (int)b->dim[1];
   gemm_cfg cfg = p->cfg[regime];

@@ -50,10 +50,12 @@ sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *str
   sk_kernel *rows_kernel = p->kernels[b->dim[1] == MODE_GIVEN ? QK_ROWS_GIVEN : QK_ROWS_PARTIALS];
   if (b->dim[1] == MODE_PARTIALS) {
     void *aargs[] = {(void *)&x, &ld, &m, &k, &partials};
-    SK_TRY(sk_kernel_launch(p->kernels[QK_AMAX_PARTIALS], (sk_dim3){(unsigned)np, 1, 1}, block, 0, stream, aargs));
+    SK_TRY(sk_kernel_launch_ex(p->kernels[QK_AMAX_PARTIALS], (sk_dim3){(unsigned)np, 1, 1}, block, 0, stream, aargs,
+                               SK_LAUNCH_OVERLAP_PREVIOUS));
   }
   void *args[] = {(void *)&x, &ld, &m, &k, &values, &sw, &rows, &gs, &partials, &np};
-  return sk_kernel_launch(rows_kernel, (sk_dim3){(unsigned)b->dim[2], 1, 1}, block, 0, stream, args);
+  return sk_kernel_launch_ex(rows_kernel, (sk_dim3){(unsigned)b->dim[2], 1, 1}, block, 0, stream, args,
+                             SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 
 static bool nvfp4_supported(const char *arch) { return quant_is_supported(QUANT_NVFP4, arch); }
