@@ -235,33 +235,6 @@ Test(gemm_ops, decode_schedule_takes_every_unit_once) {
       }
 }
 
-/* The FP4 cp.async ring (gemv_decode on sm_90): 4 entries at the default configs, the CTAs per SM
- * of the launch bounds always fit (228 KB per SM, 227 KB per block, 1 KB reserved per block),
- * none on other archs or for the FP8 recipes (their kernels take no dynamic shared memory). */
-Test(gemm_ops, decode_ring_fits_the_resident_ctas) {
-  for (int recipe = 0; recipe < 2; recipe++)
-    for (int tt = 1; tt <= 2; tt++) cr_assert_eq(sk_decode_ring_depth(90, recipe, tt, 4, 2), 4, "recipe %d tt %d", recipe, tt);
-  cr_assert_eq(sk_decode_dynamic_smem_bytes(90, 0, 1, 4, 2), 4 * 128 * 100, "nvfp4: 100 bytes per lane and entry");
-  cr_assert_eq(sk_decode_dynamic_smem_bytes(90, 1, 1, 4, 2), 4 * 128 * 104, "mxfp4: 104 bytes per lane and entry");
-  for (int recipe = 0; recipe < 5; recipe++)
-    for (int tt = 1; tt <= 2; tt++)
-      for (int warps = 4; warps <= 8; warps += 4)
-        for (int rt = 1; rt <= 4; rt++) {
-          cr_assert_eq(sk_decode_dynamic_smem_bytes(120, recipe, tt, warps, rt), 0);
-          cr_assert_eq(sk_decode_dynamic_smem_bytes(121, recipe, tt, warps, rt), 0);
-          const int depth = sk_decode_ring_depth(90, recipe, tt, warps, rt);
-          if (recipe > 1) {
-            cr_assert_eq(depth, 0);
-            continue;
-          }
-          cr_assert(depth == 0 || (depth >= 3 && depth <= SK_DECODE_RING_MAX_DEPTH));
-          const int cta = sk_decode_dynamic_smem_bytes(90, recipe, tt, warps, rt) + sk_decode_static_smem_bytes(warps, tt, rt);
-          cr_assert_leq(cta, 227 * 1024);
-          cr_assert_leq(sk_decode_ctas_per_sm(recipe, tt, warps, rt) * (cta + 1024), 228 * 1024,
-                        "recipe %d tt %d warps %d rt %d", recipe, tt, warps, rt);
-        }
-}
-
 /* Workspace: 0 when no tile is split (K = 128, beyond decode); the fourth override field picks the
  * schedule (no GPU here: 128 SMs assumed; the default target of the split-K grid is 2 CTAs per SM,
  * and "auto" switches to stream-K when that grid splits K and exceeds the resident CTAs:

@@ -24,9 +24,7 @@
 //     units [c*units/ctas, (c+1)*units/ctas), units = ceil(N / (16*ROW_TILES)) * K/128 < 2^31
 //     (gemm/decode_schedule.cuh; ctas = tiles gives one whole tile per CTA, no partials)
 //   block = (32*WARPS, 1, 1); __launch_bounds__ sk_decode_ctas_per_sm CTAs per SM
-//   dynamic shared memory: sk_decode_dynamic_smem_bytes(arch, RECIPE, TOKEN_TILES, WARPS, ROW_TILES)
-//     (gemm/decode_schedule.cuh): the FP4 recipes' cp.async ring on sm_90, else 0
-//     (static: WARPS*ROW_TILES*16*TOKEN_TILES*8*4 bytes, + 4 without a ring)
+//   dynamic shared memory: 0 (static: WARPS*ROW_TILES*16*TOKEN_TILES*8*4 bytes + 4)
 //   requirements: 1 <= M <= 8*TOKEN_TILES, K % 128 == 0 (one step = 128 K),
 //     code arrays 16-byte aligned, swizzled scales 4-byte aligned, fp32 scales 4-byte.
 //     Rows of C are written for 0 <= m < M, 0 <= n < N only.
@@ -57,15 +55,6 @@
 //   2^28 in the epilogue. nvfp4: lane (g, t) loads 16 contiguous bytes (32-K block t of the step),
 //   UE4M3 scales folded in with one HMUL2 per pair (exact: see Nvfp4Stage). mxfp4: the FP8 mapping
 //   at 4 bytes per block, UE8M0 scales on FP32 partials per 32-K block (see Mxfp4Stage).
-//   FP4 load ring (sm_90): an FP4 step is half the bytes of an FP8 one, so one step in flight per
-//   warp leaves the H200 latency-bound. There the FP4 recipes replace the two register stages by
-//   a lane-private cp.async ring in dynamic shared memory (ring_pipelined_steps): each lane copies
-//   exactly its stage's bytes into its own slots of entry (i mod DEPTH), DEPTH - 1 steps in
-//   flight, and reads an entry back into one register stage (no barrier: a lane reads only what
-//   it copied, visible to it after cp.async.wait_group) for the unchanged compute: bitwise the
-//   register pipeline's result. DEPTH 4 at the dispatched configs (sk_decode_ring_depth: the
-//   deepest that keeps the launch bounds' CTAs per SM, e.g. 4 x 55 / 57 KB for nvfp4 / mxfp4 at
-//   8 tokens); sm_120a/sm_121a (~100 KB per SM) and other archs keep the register stages.
 #pragma once
 #include "common/defs.cuh"
 #include "common/mma.cuh"
@@ -73,13 +62,6 @@
 #include "gemm/decode_schedule.cuh"
 #include "gemm/gemm_common.cuh"
 #include "quantization/mxfp8.cuh"
-
-// The compiled arch as sk_arch_number (the FP4 ring's depth depends on it; host passes 0).
-#ifdef __CUDA_ARCH__
-#define SK_DECODE_ARCH (__CUDA_ARCH__ / 10)
-#else
-#define SK_DECODE_ARCH 0
-#endif
 
 namespace sk {
 namespace gemm {
@@ -358,7 +340,7 @@ SK_DEVICE void pin_in_register(First& first, Rest&... rest) {
 }
 
 // Two register stages: the next step's loads are in flight while this one computes. Warps take
-// steps round-robin from `step` (their first) to s_end. (FP4 on sm_90: ring_pipelined_steps.)
+// steps round-robin from `step` (their first) to s_end.
 template <int WARPS, class Stage, class Load, class Compute>
 SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load load, Compute compute) {
   if (step < s_end) load(st0, step);
@@ -370,91 +352,6 @@ SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load
     if (s1 >= s_end) break;
     if (s1 + WARPS < s_end) load(st0, s1 + WARPS);
     compute(st1);
-  }
-}
-
-// Lane-private cp.async ring (FP4 recipes on sm_90; sizes and depth: gemm/decode_schedule.cuh):
-// a lane copies exactly the bytes its register stage would load into its own slots of entry
-// (i mod DEPTH), one cp.async group per step, and reads them back into a register stage after
-// cp.async.wait_group. A lane reads only what it copied itself, and wait_group makes a thread's
-// cp.async writes visible to that thread (PTX ISA, cp.async.wait_group), so no barrier is needed.
-// Slots: entry e of a warp holds its 16-byte slots (slot i of lane l at 512 i + 16 l: a warp's
-// 16-byte accesses are conflict-free) then its 4-byte ones (at 512 s16 + 128 j + 4 l).
-// 16-byte weight copies .cg (L2 only: streamed), 16-byte token copies .ca (re-read by every CTA);
-// 4-byte copies (mxfp4 codes, scales) exist only as .ca. Immediate global offsets as in ld_stream_u2.
-SK_DEVICE void cp_async_weights16(u32 dst, const u8* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
-}
-SK_DEVICE void cp_async_ro16(u32 dst, const u8* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
-}
-template <int OFF>
-SK_DEVICE void cp_async_ro4(u32 dst, const u8* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1 + %2], 4;" ::"r"(dst), "l"(src), "n"(OFF));
-}
-// The mxfp4 step's 4 words (stride 16, as load_step_blocks<STREAM, 16>) into one 16-byte slot.
-SK_DEVICE void cp_async_step_blocks4(u32 dst, const u8* src) {
-  cp_async_ro4<0>(dst, src);
-  cp_async_ro4<16>(dst + 4, src);
-  cp_async_ro4<32>(dst + 8, src);
-  cp_async_ro4<48>(dst + 12, src);
-}
-// Read-backs (volatile: kept after the cp.async.wait_group, which has no memory clobber).
-SK_DEVICE uint4 lds_u4(u32 a) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-  return v;
-}
-SK_DEVICE u32 lds_u1(u32 a) {
-  u32 v;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
-  return v;
-}
-SK_DEVICE u32 lds_u16(u32 a) {  // zero-extended, as the __ldg of a u16 it replaces
-  u16 v;
-  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
-  return v;
-}
-
-// The ring's lane view: slot bases of entry 0 and the entry size (bytes per warp).
-struct DecodeRingLane {
-  u32 slots16, slots4, entry_bytes;
-};
-template <int RECIPE, int TOKEN_TILES, int ROW_TILES, int DEPTH>
-SK_DEVICE DecodeRingLane decode_ring_lane(int warp, int lane) {
-  extern __shared__ __align__(16) u8 decode_ring[];
-  constexpr u32 kEntry = 32u * sk_decode_ring_lane_bytes(RECIPE, TOKEN_TILES, ROW_TILES);
-  const u32 warp_base = smem_addr(decode_ring) + (u32)warp * DEPTH * kEntry;
-  return {warp_base + 16u * lane, warp_base + 512u * sk_decode_ring_slots16(TOKEN_TILES, ROW_TILES) + 4u * lane, kEntry};
-}
-
-// DEPTH - 1 steps in flight per warp: step i lands in entry i mod DEPTH; before its compute the
-// lane waits for its oldest group, reads the entry back (read_back(entry offset, stage)), issues
-// the step DEPTH - 1 ahead into the entry read the step before, and computes. One group per
-// iteration, empty past s_end, so wait_group<DEPTH - 2> always means "the oldest has landed".
-template <int WARPS, int DEPTH, class Stage, class Load, class ReadBack, class Compute>
-SK_DEVICE void ring_pipelined_steps(int step, int s_end, u32 entry_bytes, Load load, ReadBack read_back,
-                                    Compute compute) {
-  static_assert(DEPTH >= 3, "a 2-entry ring keeps no more in flight than two register stages");
-  const u32 ring_bytes = DEPTH * entry_bytes;
-  u32 write = 0;
-#pragma unroll
-  for (int i = 0; i < DEPTH - 1; ++i) {
-    if (step + i * WARPS < s_end) load(write, step + i * WARPS);
-    cp_async_commit();
-    write += entry_bytes;
-  }
-  u32 read = 0;
-#pragma unroll 1
-  for (; step < s_end; step += WARPS) {
-    cp_async_wait<DEPTH - 2>();
-    Stage st;
-    read_back(read, st);
-    if (step + (DEPTH - 1) * WARPS < s_end) load(write, step + (DEPTH - 1) * WARPS);
-    cp_async_commit();
-    write = write + entry_bytes == ring_bytes ? 0u : write + entry_bytes;
-    read = read + entry_bytes == ring_bytes ? 0u : read + entry_bytes;
-    compute(st);
   }
 }
 
@@ -490,47 +387,6 @@ SK_DEVICE void nvfp4_load_stage(Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step
   for (int nt = 0; nt < TOKEN_TILES; ++nt) {
     st.x[nt] = ld_ro_u4<0>(x_ptr[nt] + off);
     st.x_sf[nt] = __ldg(reinterpret_cast<const u16*>(x_sf_base + (x_sfo[nt] + step * 1024u)));
-  }
-}
-
-// Ring variant of nvfp4_load_stage: the same bytes into ring entry `entry`. cp.async moves 4 bytes
-// at least, so a scale u16 travels in the aligned u32 holding it (w_sfo4 / x_sfo4: the offsets
-// rounded down to 4); nvfp4_ring_read takes it from byte sf_half = 2 (t & 1) of that u32 (scale
-// column 2t of the 128x4 swizzle).
-template <int TOKEN_TILES, int ROW_TILES>
-SK_DEVICE void nvfp4_ring_load(const DecodeRingLane& ring, u32 entry, int step, const u8* const (&w_ptr)[ROW_TILES][2],
-                               const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base,
-                               const u32 (&w_sfo4)[ROW_TILES][2], const u8* x_sf_base, const u32 (&x_sfo4)[TOKEN_TILES]) {
-  const long long off = (long long)step * 64;
-  const u32 s16 = ring.slots16 + entry, s4 = ring.slots4 + entry;
-#pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      cp_async_weights16(s16 + 512u * (2 * rt + h), w_ptr[rt][h] + off);
-      cp_async_ro4<0>(s4 + 128u * (2 * rt + h), w_sf_base + (w_sfo4[rt][h] + step * 1024u));
-    }
-#pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    cp_async_ro16(s16 + 512u * (2 * ROW_TILES + nt), x_ptr[nt] + off);
-    cp_async_ro4<0>(s4 + 128u * (2 * ROW_TILES + nt), x_sf_base + (x_sfo4[nt] + step * 1024u));
-  }
-}
-
-template <int TOKEN_TILES, int ROW_TILES>
-SK_DEVICE void nvfp4_ring_read(const DecodeRingLane& ring, u32 entry, u32 sf_half, Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st) {
-  const u32 s16 = ring.slots16 + entry, s4 = ring.slots4 + entry + sf_half;
-#pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      st.w[rt][h] = lds_u4(s16 + 512u * (2 * rt + h));
-      st.w_sf[rt][h] = lds_u16(s4 + 128u * (2 * rt + h));
-    }
-#pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    st.x[nt] = lds_u4(s16 + 512u * (2 * ROW_TILES + nt));
-    st.x_sf[nt] = lds_u16(s4 + 128u * (2 * ROW_TILES + nt));
   }
 }
 
@@ -620,49 +476,6 @@ SK_DEVICE void mxfp4_load_stage(Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step
   load_ue8m0_step_scales<true>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
 }
 
-// Ring variant of mxfp4_load_stage: the same bytes into ring entry `entry` (a row's or token's 4
-// words in one 16-byte slot, in block order).
-template <int TOKEN_TILES, int ROW_TILES>
-SK_DEVICE void mxfp4_ring_load(const DecodeRingLane& ring, u32 entry, int step, const u8* const (&w_ptr)[ROW_TILES][2],
-                               const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base,
-                               const u32 (&w_sfo)[ROW_TILES][2], const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2]) {
-  const long long off = (long long)step * 64;
-  const u32 s16 = ring.slots16 + entry, s4 = ring.slots4 + entry;
-#pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      cp_async_step_blocks4(s16 + 512u * (2 * rt + h), w_ptr[rt][h] + off);
-      cp_async_ro4<0>(s4 + 128u * (2 * rt + h), w_sf_base + (w_sfo[rt][h] + step * 512u));
-    }
-#pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    cp_async_step_blocks4(s16 + 512u * (2 * ROW_TILES + nt), x_ptr[nt] + off);
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      cp_async_ro4<0>(s4 + 128u * (2 * ROW_TILES + 2 * nt + j), x_sf_base + (x_sfo[nt][j] + step * 512u));
-  }
-}
-
-template <int TOKEN_TILES, int ROW_TILES>
-SK_DEVICE void mxfp4_ring_read(const DecodeRingLane& ring, u32 entry, Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st) {
-  const u32 s16 = ring.slots16 + entry, s4 = ring.slots4 + entry;
-  auto words = [](u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; };
-#pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      words(st.w[rt][h], lds_u4(s16 + 512u * (2 * rt + h)));
-      st.w_sf[rt][h] = lds_u1(s4 + 128u * (2 * rt + h));
-    }
-#pragma unroll
-  for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-    words(st.x[nt], lds_u4(s16 + 512u * (2 * ROW_TILES + nt)));
-#pragma unroll
-    for (int j = 0; j < 2; ++j) st.x_sf[nt][j] = lds_u1(s4 + 128u * (2 * ROW_TILES + 2 * nt + j));
-  }
-}
-
 template <int TOKEN_TILES, int ROW_TILES>
 SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
 #pragma unroll
@@ -715,8 +528,6 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
   constexpr int kStepK = DecodeStep<RECIPE>::kStepK;
   constexpr int kRows = 16 * ROW_TILES, kTokens = 8 * TOKEN_TILES;
   static_assert(128 % kRows == 0, "block_fp8: a block's rows share one 128-row scale");
-  // FP4 load ring depth for the compiled arch (0: two register stages; gemm/decode_schedule.cuh).
-  constexpr int kRingDepth = sk_decode_ring_depth(SK_DECODE_ARCH, RECIPE, TOKEN_TILES, WARPS, ROW_TILES);
 
   // Laundered per tile, so the lane's address arithmetic is redone per tile instead of hoisted
   // out of the CTA's tile loop and kept live through the step loop (4-6 registers on sm_90a).
@@ -822,31 +633,13 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     }
     const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
     const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
-    using Stage = Nvfp4Stage<TOKEN_TILES, ROW_TILES>;
-    auto compute = [&](const Stage& st) { nvfp4_compute_stage(st, acc); };
-    if constexpr (kRingDepth > 0) {
-#pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) w_sfo[rt][h] &= ~3u;  // the u32 holding the u16 (nvfp4_ring_load)
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt) x_sfo[nt] &= ~3u;
-      pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
-      const DecodeRingLane ring = decode_ring_lane<RECIPE, TOKEN_TILES, ROW_TILES, kRingDepth>(warp, lane);
-      const u32 sf_half = 2u * (u32)(t & 1);
-      auto load = [&](u32 entry, int step) {
-        nvfp4_ring_load(ring, entry, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
-      };
-      auto read_back = [&](u32 entry, Stage& st) { nvfp4_ring_read(ring, entry, sf_half, st); };
-      ring_pipelined_steps<WARPS, kRingDepth, Stage>(s_begin + warp, s_end, ring.entry_bytes, load, read_back, compute);
-    } else {
-      pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
-      Stage st0, st1;
-      auto load = [&](Stage& st, int step) {
-        nvfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
-      };
-      pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
-    }
+    pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
+    Nvfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
+    auto load = [&](Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
+      nvfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
+    };
+    auto compute = [&](const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st) { nvfp4_compute_stage(st, acc); };
+    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
   } else {
     // MXFP4: lane (g, t) loads the 4 bytes at 16b + 4t of every 32-K block b of the step (the FP8
     // mapping at half the bytes), so a quad covers one scale block per pair of MMAs.
@@ -870,31 +663,17 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
     const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
     pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
-    using Stage = Mxfp4Stage<TOKEN_TILES, ROW_TILES>;
-    auto compute = [&](const Stage& st) { mxfp4_compute_stage(st, acc); };
-    if constexpr (kRingDepth > 0) {
-      const DecodeRingLane ring = decode_ring_lane<RECIPE, TOKEN_TILES, ROW_TILES, kRingDepth>(warp, lane);
-      auto load = [&](u32 entry, int step) {
-        mxfp4_ring_load(ring, entry, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
-      };
-      auto read_back = [&](u32 entry, Stage& st) { mxfp4_ring_read(ring, entry, st); };
-      ring_pipelined_steps<WARPS, kRingDepth, Stage>(s_begin + warp, s_end, ring.entry_bytes, load, read_back, compute);
-    } else {
-      Stage st0, st1;
-      auto load = [&](Stage& st, int step) {
-        mxfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
-      };
-      pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
-    }
+    Mxfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
+    auto load = [&](Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
+      mxfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
+    };
+    auto compute = [&](const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st) { mxfp4_compute_stage(st, acc); };
+    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
   }
 
   // ---- fixed-order reduction: warps (shared memory), then the CTAs of a split tile (partials) ----
   __shared__ float red[WARPS][kRows][kTokens];
-  __shared__ u32 is_last_cta_flag;
-  // Ring kernels keep the flag in red (idle from the barrier after the partials are written to the
-  // next tile's first barrier): static shared memory is then red alone, so that 4 CTAs of mxfp4
-  // with a 4-entry ring fit an sm_90 SM exactly (sk_decode_ring_depth).
-  u32& is_last_cta = kRingDepth > 0 ? *reinterpret_cast<u32*>(&red[0][0][0]) : is_last_cta_flag;
+  __shared__ u32 is_last_cta;
   __syncthreads();  // the CTA's previous tile is done reading red
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)

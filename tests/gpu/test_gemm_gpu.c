@@ -7,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernel_src/gemm/decode_schedule.cuh" /* plain C11: the decode ring's shared memory */
 #include "gpu_util.h"
-#include "op.h" /* runtime internals: sk_arch_number, sk_op_allow_dynamic_smem, sk_op_resident_ctas_per_sm */
 #include "ref/gemm.h"
 #include "ref/skref.h"
 #include "sparkinfer/gemm.h"
@@ -232,27 +230,6 @@ Test(gpu_gemm, decode_splitk_grid, .init = setup, .fini = teardown, .timeout = 6
 Test(gpu_gemm, decode_streamk_grid_beyond_one_wave, .init = setup, .fini = teardown, .timeout = 600) {
   setenv("SPARKINFER_GEMM_DECODE", "2,4,32", 1);
   decode_grid_cases();
-}
-
-/* The FP4 decode kernels with the shared memory the op gives them (their cp.async ring on sm_90,
- * exactly 228 KB per SM for mxfp4 at 8 tokens) keep the CTAs per SM their launch bounds promise
- * and the host sizes its grid with. */
-Test(gpu_gemm, decode_fp4_ring_keeps_the_resident_ctas, .init = setup, .fini = teardown) {
-  char arch[SK_MAX_ARCH];
-  cr_assert_eq(sk_device_arch(-1, arch, sizeof arch), SK_OK, "%s", sk_last_error_message());
-  for (int r = 0; r < 2; r++)
-    for (int tt = 1; tt <= 2; tt++) {
-      char name[64];
-      snprintf(name, sizeof name, "sk::gemm::gemv_decode<%d, 0, %d, 4, 2>", r, tt);
-      const sk_kernel_request req = {"test", "gemm/gemv_decode.cuh", name, "occupancy", NULL, NULL, 0, 0};
-      sk_kernel *k;
-      cr_assert_eq(sk_kernel_resolve(&req, &k), SK_OK, "%s", sk_last_error_message());
-      const int smem = sk_decode_dynamic_smem_bytes(sk_arch_number(arch), r, tt, 4, 2);
-      cr_assert_eq(sk_op_allow_dynamic_smem(k, (unsigned)smem), SK_OK, "%s", sk_last_error_message());
-      const int resident = sk_op_resident_ctas_per_sm(k, 128, (unsigned)smem);
-      cr_assert_geq(resident, sk_decode_ctas_per_sm(r, tt, 4, 2), "%s on %s: %d CTAs per SM with %d bytes of ring", name,
-                    arch, resident, smem);
-    }
 }
 
 Test(gpu_gemm, prefill_every_recipe, .init = setup, .fini = teardown, .timeout = 900) {

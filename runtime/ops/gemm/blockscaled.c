@@ -295,8 +295,6 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
     c->tmpl[2] = d.row_tiles;
     c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 16 * d.row_tiles), 1, 1};
     c->block = (sk_dim3){32u * (unsigned)d.warps, 1, 1};
-    /* The FP4 recipes' cp.async ring on sm_90 (0 elsewhere); the kernel sizes it by the same formula. */
-    c->smem = (unsigned)sk_decode_dynamic_smem_bytes(sk_arch_number(arch), (int)r, c->tmpl[0], d.warps, d.row_tiles);
   } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
     const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
     c->path = PATH_SM120;
@@ -447,9 +445,8 @@ static sk_status launch_decode(sk_kernel *kern, const gemm_cfg *cfg, const mm_ar
   sk_dim3 grid = cfg->grid;
   grid.x = (unsigned)d->ctas;
   /* Overlapped with the previous kernel's tail: the decode kernels wait for it on the device
-   * (pdl_wait_for_previous) before touching anything (include/sparkinfer/jit.h). cfg->smem: the
-   * FP4 load ring's dynamic shared memory (0 elsewhere). */
-  return sk_kernel_launch_ex(kern, grid, cfg->block, cfg->smem, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
+   * (pdl_wait_for_previous) before touching anything (include/sparkinfer/jit.h). */
+  return sk_kernel_launch_ex(kern, grid, cfg->block, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 
 static sk_status launch_tiled(sk_kernel *kern, const gemm_cfg *cfg, const mm_args *x, void *stream) {
