@@ -764,9 +764,8 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
   const int u_end = sk_decode_cta_begin((int)blockIdx.x + 1, units, ctas);
   // Launched with SK_LAUNCH_OVERLAP_PREVIOUS: this CTA may be resident before the previous kernel
   // (which may have written the tokens, scales, alpha, C or the workspace) has finished.
-  pdl_launch_dependents();
   prefetch_first_weight_steps<RECIPE, ROW_TILES, WARPS>(b_codes, N, K, u_begin, u_end, num_steps);
-  pdl_wait_for_previous();
+  pdl_enter();
 #pragma unroll 1
   for (int u = u_begin; u < u_end;) {
     const int tile = u / num_steps, s_begin = u - tile * num_steps;
