@@ -584,7 +584,7 @@ SK_API sk_status sk_kernel_launch_ex(const sk_kernel *kernel, sk_dim3 grid, sk_d
   void *fn = atomic_load_explicit(&kernel->function, memory_order_relaxed);
   const bool overlap = (flags & SK_LAUNCH_OVERLAP_PREVIOUS) && cached_flag(&overlap_enabled, config_overlap) &&
                        sk_cu.cuLaunchKernelEx && arch_overlaps_launches(kernel->arch);
-  const char *call = overlap ? "cuLaunchKernelEx" : "cuLaunchKernel";
+  const char *call = overlap ? "cuLaunchKernelEx" : "cuLaunchKernel";  /* named in the error */
   sk_cu_result r = overlap ? launch_with_overlap(fn, grid, block, shared_bytes, stream, args)
                            : sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                                   shared_bytes, stream, args, NULL);
@@ -595,6 +595,14 @@ SK_API sk_status sk_kernel_launch_ex(const sk_kernel *kernel, sk_dim3 grid, sk_d
     r = overlap ? launch_with_overlap(fn, grid, block, shared_bytes, stream, args)
                 : sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream,
                                        args, NULL);
+    if (r == 0) return SK_OK;
+  }
+  if (overlap && r == CUDA_ERROR_NOT_SUPPORTED) {
+    /* A driver or setup (e.g. some MPS configurations) without programmatic dependent launch: a
+     * plain launch is always correct for these kernels; stop asking for the overlap. */
+    atomic_store_explicit(&overlap_enabled, 0, memory_order_relaxed);
+    call = "cuLaunchKernel";
+    r = sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes, stream, args, NULL);
     if (r == 0) return SK_OK;
   }
   sk_cuda_error(r, call);

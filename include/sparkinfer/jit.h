@@ -98,8 +98,9 @@ enum {
    *  tail. Only for kernels that execute `griddepcontrol.wait` (kernel_src/common/sync.cuh,
    *  pdl_wait_for_previous) before they read or write anything the previous work touches: the
    *  library's decode GEMM kernels do. Ignored (a plain launch) below sm_90, without
-   *  cuLaunchKernelEx, with SPARKINFER_PDL=0 and with SPARKINFER_TIMING=1. Safe in graph capture
-   *  (the edge becomes a programmatic dependency). */
+   *  cuLaunchKernelEx, with SPARKINFER_PDL=0 and with SPARKINFER_TIMING=1; a driver that answers
+   *  CUDA_ERROR_NOT_SUPPORTED gets a plain launch instead, and no overlap is asked for again in
+   *  this process. Safe in graph capture (the edge becomes a programmatic dependency). */
   SK_LAUNCH_OVERLAP_PREVIOUS = 1u,
 };
 
