@@ -732,8 +732,9 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
 
 // Before waiting for the previous kernel (programmatic dependent launch): pull the weight bytes of
 // this CTA's first steps (up to two per warp: what the step pipeline loads first) into L2, one
-// bulk prefetch per row, so that they stream in during that kernel's tail. Weights are never
-// written by the kernels before us, so reading them early is safe; a plain launch just warms L2.
+// bulk prefetch per row, so that they stream in during that kernel's tail. Only a hint: it fills
+// L2, the point of coherence, and every real load comes after the wait, so even weights that the
+// previous kernel wrote are read correctly. With a plain launch it just warms L2.
 template <int RECIPE, int ROW_TILES, int WARPS>
 SK_DEVICE void prefetch_first_weight_steps(const u8* __restrict__ b_codes, int N, int K, int u_begin, int u_end,
                                            int num_steps) {
