@@ -172,6 +172,8 @@ static sk_kernel *entry_new(const sk_kernel_request *req, const sk_key *key) {
   e->name_expr = strdup(req->name_expr);
   e->params = strdup(req->params ? req->params : "");
   sk_strlcpy(e->arch, req->arch, sizeof e->arch);
+  /* Decided once here, not per launch: programmatic dependent launch needs sm_90+. */
+  e->overlap_capable = strncmp(e->arch, "sm_", 3) == 0 && atoi(e->arch + 3) >= 90;
   e->link = req->link ? 1 : 0;
   e->num_options = req->num_options;
   e->options = calloc(req->num_options + 1, sizeof(char *));
@@ -552,9 +554,6 @@ sk_status sk_kernel_resolve_offline(const sk_kernel_request *req, sk_kernel **ou
   return resolve_entry(req, src, out, NULL);
 }
 
-/* Programmatic dependent launch needs sm_90+ (griddepcontrol) and cuLaunchKernelEx. */
-static bool arch_overlaps_launches(const char *arch) { return strncmp(arch, "sm_", 3) == 0 && atoi(arch + 3) >= 90; }
-
 static sk_cu_result launch_with_overlap(void *fn, sk_dim3 grid, sk_dim3 block, unsigned shared_bytes, void *stream,
                                         void **args) {
   CUlaunchAttribute attr;
@@ -583,7 +582,7 @@ SK_API sk_status sk_kernel_launch_ex(const sk_kernel *kernel, sk_dim3 grid, sk_d
     return sk_timing_launch((sk_kernel *)kernel, grid, block, shared_bytes, stream, args);
   void *fn = atomic_load_explicit(&kernel->function, memory_order_relaxed);
   const bool overlap = (flags & SK_LAUNCH_OVERLAP_PREVIOUS) && cached_flag(&overlap_enabled, config_overlap) &&
-                       sk_cu.cuLaunchKernelEx && arch_overlaps_launches(kernel->arch);
+                       sk_cu.cuLaunchKernelEx && kernel->overlap_capable;
   const char *call = overlap ? "cuLaunchKernelEx" : "cuLaunchKernel";  /* named in the error */
   sk_cu_result r = overlap ? launch_with_overlap(fn, grid, block, shared_bytes, stream, args)
                            : sk_cu.cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,

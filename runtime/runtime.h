@@ -142,6 +142,7 @@ struct sk_kernel {
   /* request copy (owned) */
   char *op, *source, *name_expr, *params;
   char arch[SK_MAX_ARCH];
+  bool overlap_capable;        /* arch is sm_90+: griddepcontrol exists (SK_LAUNCH_OVERLAP_PREVIOUS) */
   char **options;
   size_t num_options;
   int link;
