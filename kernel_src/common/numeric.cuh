@@ -318,15 +318,25 @@ SK_HOST_DEVICE float fp16_bits_to_float(u16 h) {
 #endif
 }
 
+// The E4M3 pair in half HALF of w (bytes 2*HALF, 2*HALF+1; lower byte -> lower f16) -> f16x2,
+// exact: every E4M3 value, subnormals included, is an FP16 value. One F2FP per pair on sm_90; HALF
+// 1 reads the .H1 operand in place. sm_89+ (SK_HAS_CVT_E4M3X2): its callers target that.
+template <int HALF>
+SK_DEVICE u32 e4m3x2_to_f16x2(u32 w) {
+  u32 r;
+  if (HALF == 0) asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(r) : "r"(w));
+  else asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi;\n\t}" : "=r"(r) : "r"(w));
+  return r;
+}
+
 // e4m3_to_float through cvt.rn.f16x2.e4m3x2 where the target has it (sm_89+): every E4M3 value,
 // subnormals included, is an FP16 value, and FP16 -> fp32 is exact, so the bits are those of
 // e4m3_to_float (NaN stays a NaN). Two conversions instead of the branchy integer decode.
 template <int CVT>
 SK_DEVICE float e4m3_to_float_cvt(u8 code) {
   if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E4M3X2) {
-    u32 halves;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(u16(code)));
-    return fp16_bits_to_float(u16(halves & 0xFFFFu));  // the low half holds the low byte's value
+    // the low half holds the low byte's value
+    return fp16_bits_to_float(u16(e4m3x2_to_f16x2<0>(code) & 0xFFFFu));
   } else {
     return e4m3_to_float(code);
   }

@@ -73,16 +73,6 @@ struct DecodeStep {
   static constexpr int kStepK = 128;
 };
 
-// One E4M3 pair (half HALF of w: bytes 2*HALF, 2*HALF+1; lower byte -> lower f16) -> f16x2, exact
-// (every E4M3 value is an FP16 value). One F2FP per pair on sm_90; HALF 1 reads the .H1 operand.
-template <int HALF>
-SK_DEVICE u32 e4m3x2_to_f16x2(u32 w) {
-  u32 r;
-  if (HALF == 0) asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(r) : "r"(w));
-  else asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi;\n\t}" : "=r"(r) : "r"(w));
-  return r;
-}
-
 // Byte b of four UE8M0 codes -> 2^(code-127) as float (byte b to bits 24..31, then >> 1: two
 // integer ops). Code 0 (2^-127) reads as 0: outside the exact range anyway (see "Scales" above).
 SK_DEVICE float ue8m0_byte_to_float(u32 codes, int b) {

@@ -98,9 +98,8 @@ struct TiledLayout {
 // Four E4M3 codes (byte i = element i) -> two f16x2 (elements 0,1 and 2,3), exact. The cvt reads
 // each 16-bit half in place (no shift for the high pair).
 SK_DEVICE void e4m3x4_to_f16x2x2(u32 w, u32& p01, u32& p23) {
-  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
-      : "=r"(p01), "=r"(p23)
-      : "r"(w));
+  p01 = e4m3x2_to_f16x2<0>(w);
+  p23 = e4m3x2_to_f16x2<1>(w);
 }
 
 // One 32-element K block: D += A * B for a lane's raw E4M3 fragments (m16n8k32 register layout:
