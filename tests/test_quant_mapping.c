@@ -207,22 +207,25 @@ static int check_shape(int m, int k, int nvfp4, int small) {
   return failures;
 }
 
+/* Every M of ms against every K of ks (the small shapes also with padded rows and odd grids). */
+static int check_shapes(const int *ks, size_t num_ks, int nvfp4) {
+  int failures = 0;
+  for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+    for (size_t b = 0; b < num_ks; b++)
+      failures += check_shape(ms[a], ks[b], nvfp4, (long long)ms[a] * ks[b] <= (1ll << 20));
+  return failures;
+}
+
 Test(quant_mapping, nvfp4_units_cover_every_byte_once, .timeout = 600) {
   /* K/16 = 1, 2, 3 (ragged k-tile), 129 (ragged), 448 (whole tiles). */
   static const int ks[] = {16, 32, 48, 2064, 7168};
-  int failures = 0;
-  for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
-    for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++)
-      failures += check_shape(ms[a], ks[b], 1, (long long)ms[a] * ks[b] <= (1ll << 20));
+  const int failures = check_shapes(ks, sizeof ks / sizeof ks[0], 1);
   cr_assert_eq(failures, 0, "%d mapping failures (above)", failures);
 }
 
 Test(quant_mapping, mxfp8_units_cover_every_byte_once, .timeout = 600) {
   static const int ks[] = {32, 64, 96, 2080, 7168};
-  int failures = 0;
-  for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
-    for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++)
-      failures += check_shape(ms[a], ks[b], 0, (long long)ms[a] * ks[b] <= (1ll << 20));
+  const int failures = check_shapes(ks, sizeof ks / sizeof ks[0], 0);
   cr_assert_eq(failures, 0, "%d mapping failures (above)", failures);
 }
 
