@@ -30,7 +30,6 @@ typedef struct qcase {
   float gs_value;
 } qcase;
 
-/* Device buffers big enough for a case, allocated per case (the test is about bits, not time). */
 /* Mismatches are reported per case (first differing byte of each output) and counted, so one
  * run shows every failing configuration; the test fails at the end if any case did. */
 static int case_failures;
@@ -40,6 +39,49 @@ static int case_failures;
     fputc('\n', stderr);                                                                         \
     case_failures++;                                                                             \
   } while (0)
+
+/* One case's device buffers: the input (copied from hx) and the outputs, poisoned with 0xA5 so
+ * that a byte the kernel fails to write shows; ds / dr only for the layouts asked for (bit 1
+ * swizzled, bit 2 row-major). dgs is poisoned too: a caller with a given global scale stores it
+ * over the poison. quant_io_read copies the outputs back after the caller synchronised. */
+typedef struct quant_io {
+  void *dx, *dv, *ds, *dr, *dgs;
+  size_t vbytes, swz, rowsz;
+  uint8_t *gv, *gsw, *grr; /* host copies (quant_io_read) */
+  float got_gs;
+} quant_io;
+
+static void quant_io_alloc(quant_io *io, const uint16_t *hx, size_t x_bytes, size_t vbytes, size_t swz, size_t rowsz,
+                           int layout) {
+  *io = (quant_io){.vbytes = vbytes, .swz = swz, .rowsz = rowsz};
+  CUDA_OK(cudaMalloc(&io->dx, x_bytes));
+  CUDA_OK(cudaMalloc(&io->dv, vbytes));
+  if (layout & 1) CUDA_OK(cudaMalloc(&io->ds, swz));
+  if (layout & 2) CUDA_OK(cudaMalloc(&io->dr, rowsz));
+  CUDA_OK(cudaMalloc(&io->dgs, 4));
+  CUDA_OK(cudaMemcpy(io->dx, hx, x_bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(io->dv, 0xA5, vbytes));
+  if (io->ds) CUDA_OK(cudaMemset(io->ds, 0xA5, swz));
+  if (io->dr) CUDA_OK(cudaMemset(io->dr, 0xA5, rowsz));
+  CUDA_OK(cudaMemset(io->dgs, 0xA5, 4));
+}
+
+static void quant_io_read(quant_io *io) {
+  io->gv = malloc(io->vbytes), io->gsw = malloc(io->swz), io->grr = malloc(io->rowsz);
+  CUDA_OK(cudaMemcpy(io->gv, io->dv, io->vbytes, cudaMemcpyDeviceToHost));
+  if (io->ds) CUDA_OK(cudaMemcpy(io->gsw, io->ds, io->swz, cudaMemcpyDeviceToHost));
+  if (io->dr) CUDA_OK(cudaMemcpy(io->grr, io->dr, io->rowsz, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&io->got_gs, io->dgs, 4, cudaMemcpyDeviceToHost));
+}
+
+static void quant_io_free(quant_io *io) {
+  CUDA_OK(cudaFree(io->dx));
+  CUDA_OK(cudaFree(io->dv));
+  CUDA_OK(cudaFree(io->dgs));
+  if (io->ds) CUDA_OK(cudaFree(io->ds));
+  if (io->dr) CUDA_OK(cudaFree(io->dr));
+  free(io->gv), free(io->gsw), free(io->grr);
+}
 
 static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
   const int64_t m = c->m, k = c->k, block = c->nvfp4 ? 16 : 32;
@@ -61,19 +103,10 @@ static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
                                            (c->scales & 1) ? rs : NULL, (c->scales & 2) ? rr : NULL);
   cr_assert_eq(rc, 0);
 
-  void *dx, *dv, *ds = NULL, *dr = NULL, *dgs, *scratch = NULL;
-  CUDA_OK(cudaMalloc(&dx, n * 2));
-  CUDA_OK(cudaMalloc(&dv, vbytes));
-  if (c->scales & 1) CUDA_OK(cudaMalloc(&ds, swz));
-  if (c->scales & 2) CUDA_OK(cudaMalloc(&dr, rowsz));
-  CUDA_OK(cudaMalloc(&dgs, 4));
-  CUDA_OK(cudaMemcpy(dx, hx, n * 2, cudaMemcpyHostToDevice));
-  /* Poison every output: a byte the kernel fails to write shows up as 0xA5. */
-  CUDA_OK(cudaMemset(dv, 0xA5, vbytes));
-  if (ds) CUDA_OK(cudaMemset(ds, 0xA5, swz));
-  if (dr) CUDA_OK(cudaMemset(dr, 0xA5, rowsz));
-  if (c->gs == SK_GLOBAL_SCALE_GIVEN) CUDA_OK(cudaMemcpy(dgs, &given_gs, 4, cudaMemcpyHostToDevice));
-  else CUDA_OK(cudaMemset(dgs, 0xA5, 4));
+  void *scratch = NULL;
+  quant_io io;
+  quant_io_alloc(&io, hx, n * 2, vbytes, swz, rowsz, (int)c->scales);
+  if (c->gs == SK_GLOBAL_SCALE_GIVEN) CUDA_OK(cudaMemcpy(io.dgs, &given_gs, 4, cudaMemcpyHostToDevice));
 
   sk_quant_caps caps = {c->dtype == SKREF_BF16 ? SK_DTYPE_BF16 : SK_DTYPE_FP16, k, m, c->scales, c->gs, c->path, NULL};
   sk_quant_plan *plan;
@@ -83,26 +116,23 @@ static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
   if (spec.bytes) CUDA_OK(cudaMalloc(&scratch, spec.bytes));
   int64_t xs[2] = {m, k}, vs[2] = {m, c->nvfp4 ? k / 2 : k}, ss[1] = {(int64_t)swz}, rs_shape[2] = {m, (int64_t)cols},
           gss[1] = {1};
-  DLTensor tx = tu_device_tensor(dx, c->dtype == SKREF_BF16 ? (DLDataType){kDLBfloat, 16, 1} : (DLDataType){kDLFloat, 16, 1}, 2, xs);
-  DLTensor tv = tu_device_tensor(dv, (DLDataType){kDLUInt, 8, 1}, 2, vs);
-  DLTensor ts = tu_device_tensor(ds, (DLDataType){kDLUInt, 8, 1}, 1, ss);
-  DLTensor tr = tu_device_tensor(dr, (DLDataType){kDLUInt, 8, 1}, 2, rs_shape);
-  DLTensor tg = tu_device_tensor(dgs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
+  DLTensor tx = tu_device_tensor(io.dx, c->dtype == SKREF_BF16 ? (DLDataType){kDLBfloat, 16, 1} : (DLDataType){kDLFloat, 16, 1}, 2, xs);
+  DLTensor tv = tu_device_tensor(io.dv, (DLDataType){kDLUInt, 8, 1}, 2, vs);
+  DLTensor ts = tu_device_tensor(io.ds, (DLDataType){kDLUInt, 8, 1}, 1, ss);
+  DLTensor tr = tu_device_tensor(io.dr, (DLDataType){kDLUInt, 8, 1}, 2, rs_shape);
+  DLTensor tg = tu_device_tensor(io.dgs, (DLDataType){kDLFloat, 32, 1}, 1, gss);
   sk_binding b;
   if (c->nvfp4)
-    SK_OK_OR_FAIL(sk_nvfp4_bind(plan, &tx, &tv, ds ? &ts : NULL, dr ? &tr : NULL, &tg, scratch, spec.bytes, &b));
+    SK_OK_OR_FAIL(sk_nvfp4_bind(plan, &tx, &tv, io.ds ? &ts : NULL, io.dr ? &tr : NULL, &tg, scratch, spec.bytes, &b));
   else
-    SK_OK_OR_FAIL(sk_mxfp8_bind(plan, &tx, &tv, ds ? &ts : NULL, dr ? &tr : NULL, NULL, 0, &b));
+    SK_OK_OR_FAIL(sk_mxfp8_bind(plan, &tx, &tv, io.ds ? &ts : NULL, io.dr ? &tr : NULL, NULL, 0, &b));
   SK_OK_OR_FAIL(sk_quant_run(plan, &b, NULL));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
 
-  uint8_t *gv = malloc(vbytes), *gsw = malloc(swz), *grr = malloc(rowsz);
-  float got_gs;
-  CUDA_OK(cudaMemcpy(gv, dv, vbytes, cudaMemcpyDeviceToHost));
-  if (ds) CUDA_OK(cudaMemcpy(gsw, ds, swz, cudaMemcpyDeviceToHost));
-  if (dr) CUDA_OK(cudaMemcpy(grr, dr, rowsz, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&got_gs, dgs, 4, cudaMemcpyDeviceToHost));
+  quant_io_read(&io);
+  const uint8_t *gv = io.gv, *gsw = io.gsw, *grr = io.grr;
+  const float got_gs = io.got_gs;
   const char *name = c->nvfp4 ? "nvfp4" : "mxfp8";
   if (c->nvfp4 && skref_f32_bits(got_gs) != skref_f32_bits(ref_gs))
     CASE_FAIL("seed %llu %s M=%lld K=%lld gs mode %d data %d: global scale %a != %a", (unsigned long long)seed, name,
@@ -114,14 +144,14 @@ static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
                      i, gv[i], rv[i]);
       break;
     }
-  if (ds)
+  if (io.ds)
     for (size_t i = 0; i < swz; i++)
       if (gsw[i] != rs[i]) {
         CASE_FAIL("seed %llu %s M=%lld K=%lld: swizzled scale byte %zu = 0x%02x, ref 0x%02x",
                        (unsigned long long)seed, name, (long long)m, (long long)k, i, gsw[i], rs[i]);
         break;
       }
-  if (dr)
+  if (io.dr)
     for (size_t i = 0; i < rowsz; i++)
       if (grr[i] != rr[i]) {
         CASE_FAIL("seed %llu %s M=%lld K=%lld: row scale %zu = 0x%02x, ref 0x%02x", (unsigned long long)seed, name,
@@ -129,11 +159,9 @@ static void run_case(const qcase *c, skref_rng *rng, uint64_t seed) {
         break;
       }
   sk_quant_plan_destroy(plan);
-  CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dv)); CUDA_OK(cudaFree(dgs));
-  if (ds) CUDA_OK(cudaFree(ds));
-  if (dr) CUDA_OK(cudaFree(dr));
+  quant_io_free(&io);
   if (scratch) CUDA_OK(cudaFree(scratch));
-  free(hx); free(rv); free(rs); free(rr); free(gv); free(gsw); free(grr);
+  free(hx); free(rv); free(rs); free(rr);
 }
 
 static const int64_t ms[] = {1, 2, 3, 16, 127, 128, 129, 1000, 4096};
@@ -234,17 +262,9 @@ static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int lay
                  : skref_quantize_mxfp8(hx, dt, (size_t)m, (size_t)k, (size_t)ld, rv, (layout & 1) ? rs : NULL,
                                         (layout & 2) ? rr : NULL);
   cr_assert_eq(rc, 0);
-  void *dx, *dv, *ds = NULL, *dr = NULL, *dgs;
-  CUDA_OK(cudaMalloc(&dx, n * 2));
-  CUDA_OK(cudaMalloc(&dv, vbytes));
-  if (layout & 1) CUDA_OK(cudaMalloc(&ds, swz));
-  if (layout & 2) CUDA_OK(cudaMalloc(&dr, rowsz));
-  CUDA_OK(cudaMalloc(&dgs, 4));
-  CUDA_OK(cudaMemcpy(dx, hx, n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dgs, &gs, 4, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(dv, 0xA5, vbytes));
-  if (ds) CUDA_OK(cudaMemset(ds, 0xA5, swz));
-  if (dr) CUDA_OK(cudaMemset(dr, 0xA5, rowsz));
+  quant_io io;
+  quant_io_alloc(&io, hx, n * 2, vbytes, swz, rowsz, layout);
+  CUDA_OK(cudaMemcpy(io.dgs, &gs, 4, cudaMemcpyHostToDevice));
   const char *t = dt == SKREF_BF16 ? "__nv_bfloat16" : "__half";
   char name[160];
   if (nvfp4) snprintf(name, sizeof name, "sk::quant::nvfp4_rows<%s, %d, %d, 1>", t, layout, gs_mode);
@@ -253,32 +273,25 @@ static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int lay
                          nvfp4 ? "quantization/nvfp4.cuh" : "quantization/mxfp8.cuh", name, "direct", NULL, NULL, 0, 0};
   sk_kernel *kern;
   SK_OK_OR_FAIL(sk_kernel_resolve(&r, &kern));
-  const void *px = dx, *partials = NULL;
+  const void *px = io.dx, *partials = NULL;
   int np = 0;
-  void *nargs[] = {(void *)&px, &ld, &m, &k, &dv, &ds, &dr, &dgs, (void *)&partials, &np};
-  void *margs[] = {(void *)&px, &ld, &m, &k, &dv, &ds, &dr};
+  void *nargs[] = {(void *)&px, &ld, &m, &k, &io.dv, &io.ds, &io.dr, &io.dgs, (void *)&partials, &np};
+  void *margs[] = {(void *)&px, &ld, &m, &k, &io.dv, &io.ds, &io.dr};
   SK_OK_OR_FAIL(sk_kernel_launch(kern, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, NULL,
                                  nvfp4 ? nargs : margs));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  uint8_t *gv = malloc(vbytes), *gsw = malloc(swz), *grr = malloc(rowsz);
-  float got_gs;
-  CUDA_OK(cudaMemcpy(gv, dv, vbytes, cudaMemcpyDeviceToHost));
-  if (ds) CUDA_OK(cudaMemcpy(gsw, ds, swz, cudaMemcpyDeviceToHost));
-  if (dr) CUDA_OK(cudaMemcpy(grr, dr, rowsz, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&got_gs, dgs, 4, cudaMemcpyDeviceToHost));
-  const char *what = memcmp(gv, rv, vbytes)                   ? "values"
-                     : ds && memcmp(gsw, rs, swz)              ? "swizzled scales"
-                     : dr && memcmp(grr, rr, rowsz)            ? "row scales"
-                     : nvfp4 && gs_mode == 2 && skref_f32_bits(got_gs) != skref_f32_bits(ref_gs) ? "global scale"
-                                                               : NULL;
+  quant_io_read(&io);
+  const char *what = memcmp(io.gv, rv, vbytes)                      ? "values"
+                     : io.ds && memcmp(io.gsw, rs, swz)              ? "swizzled scales"
+                     : io.dr && memcmp(io.grr, rr, rowsz)            ? "row scales"
+                     : nvfp4 && gs_mode == 2 && skref_f32_bits(io.got_gs) != skref_f32_bits(ref_gs) ? "global scale"
+                                                                     : NULL;
   if (what)
     CASE_FAIL("seed %llu %s direct M=%d K=%d ld=%d layout %d gs mode %d grid %d: %s differ", (unsigned long long)seed,
               nvfp4 ? "nvfp4" : "mxfp8", m, k, ld, layout, gs_mode, grid, what);
-  CUDA_OK(cudaFree(dx)); CUDA_OK(cudaFree(dv)); CUDA_OK(cudaFree(dgs));
-  if (ds) CUDA_OK(cudaFree(ds));
-  if (dr) CUDA_OK(cudaFree(dr));
-  free(hx); free(rv); free(rs); free(rr); free(gv); free(gsw); free(grr);
+  quant_io_free(&io);
+  free(hx); free(rv); free(rs); free(rr);
 }
 
 Test(gpu_quant, direct_launch_any_grid_ld_and_in_cta, .init = setup, .fini = teardown, .timeout = 600) {
