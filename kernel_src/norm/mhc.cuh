@@ -37,7 +37,7 @@
 //        const bf16* x,           // [T, H]
 //        const float* fn_pre,     // [24, H]  = sum over the 4 stream blocks of fn [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (4 copies of x)
-//        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..33
+//        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..35 (34, 35 zero)
 //        int num_tokens, int tokens_per_cta, int num_stages);
 //    template <int HIDDEN> __global__ void post_pre_partial_kernel(
 //        const bf16* x,           // [T, H]
@@ -46,7 +46,7 @@
 //        const float* prev_comb,  // [T, 4, 4]
 //        const float* fn,         // [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (the mix-back)
-//        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..33
+//        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..35 (34, 35 zero)
 //        int num_tokens, int tokens_per_cta, int num_stages);
 //    Tensor cores (mma.sync m16n8k16 bf16, sm_80+): tokens in groups of 16 are the M side, the
 //    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per CTA).
@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(kPostThreads)
 //           against fn split exactly into 3 bf16 terms (hi + mid + lo, registers, loaded once
 //           per CTA): 4 k-steps x 3 n-tiles x 3 terms; plus its share of the 16 Gram units
 //           (token quad x quarter; A = 4 tokens x 4 streams, B = 2 tokens x 4 streams, the
-//           diagonal token blocks kept; products of bf16 are exact).
+//           diagonal token blocks kept; products of bf16 are exact). run_pre has no Gram MMAs:
+//           its streams are copies of x, so each warp sums x^2 of 4 tokens (group_gram).
 //   reduce  warps' partial sums into smem (2 stages: the consumed stage buffer; else two sums
 //           buffers), then one thread per (token, slot) sums them in warp order and writes the
 //           partial row. The two schedules (partial_body) order these phases differently.
@@ -243,6 +244,8 @@ constexpr int kCoefs = kStreams + kStreams * kStreams;  // post_pre: prev_post[4
 SK_HOST_DEVICE constexpr int partial_stage_bytes(int ns) {
   return (ns + (ns > 1 ? 1 : 0)) * kGroup * kChunks * 16 + (ns > 1 ? kGroup * kCoefs * 4 : 0);
 }
+SK_HOST_DEVICE constexpr int x_region_chunk(int ns) { return ns * kGroup * kChunks; }  // post_pre: x rows
+SK_HOST_DEVICE constexpr int coef_region_chunk(int ns) { return x_region_chunk(ns) + kGroup * kChunks; }
 // Projection sums of one group, [warp][token][mix] fp32.
 SK_HOST_DEVICE constexpr int partial_sums_bytes(int ns) { return 4 * ns * kGroup * kMixes * 4; }
 // Whole dynamic shared memory: 2 stages run the lockstep loop (sums in the consumed stream
@@ -276,41 +279,44 @@ struct PartialArgs {
 };
 
 // cp.async of one group's inputs (chunks of tile `tile`) into a stage buffer; tokens >= end are
-// zero-filled (the MMAs read them; their rows are never written out).
+// zero-filled (the MMAs read them; their rows are never written out). Every thread's units are
+// fixed by its warp and lane (blockDim is exactly 4 * NS warps): chunk = lane, and token = warp
+// with input k = stream k (k = NS: x) for post_pre (16 warps = 16 tokens), token = warp + 4k for
+// run_pre. Fixed units keep the per-group work to one address per row: a generic unit walk (a
+// division by the 5 rows per token, 64-bit products) was a quarter of post_pre's instructions
+// (Nsight Compute, thirty-first run).
 template <int HIDDEN, int NS>
 SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 group_first, i64 end, int tile) {
-  constexpr int kRowsPerToken = NS > 1 ? NS + 1 : 1;  // streams (+ x)
-  constexpr int kUnits = kGroup * kRowsPerToken * kChunks;
-  for (int u = static_cast<int>(threadIdx.x); u < kUnits; u += static_cast<int>(blockDim.x)) {
-    const int chunk = u % kChunks, row = u / kChunks;
-    const int token = row / kRowsPerToken, which = row % kRowsPerToken;  // which: stream, or NS = x
-    const i64 tg = group_first + token;
-    const bool valid = tg < end;
-    const i64 col = static_cast<i64>(tile) * kTileH + chunk * kBf16PerVector;
-    const bf16* src;
-    uint4* dst;
-    if (NS == 1) {
-      src = a.x + (valid ? tg : 0) * HIDDEN + col;
-      dst = buf + sk_mhc_chunk_index(1, token, 0, chunk);
-    } else if (which < NS) {
-      src = a.residual + ((valid ? tg : 0) * kStreams + which) * HIDDEN + col;
-      dst = buf + sk_mhc_chunk_index(NS, token, which, chunk);
-    } else {
-      src = a.x + (valid ? tg : 0) * HIDDEN + col;
-      dst = buf + NS * kGroup * kChunks + token * kChunks + chunk;
+  static_assert(kChunks == kWarpSize, "one chunk per lane");
+  static_assert(NS == 1 || 4 * NS == kGroup, "post_pre: one warp per token of the group");
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const i64 col = static_cast<i64>(tile) * kTileH + lane * kBf16PerVector;
+  if constexpr (NS == 1) {
+#pragma unroll
+    for (int k = 0; k < kGroup / 4; ++k) {
+      const int token = warp + 4 * k;
+      const bool valid = group_first + token < end;
+      cp_async_16(buf + sk_mhc_chunk_index(1, token, 0, lane), a.x + (valid ? group_first + token : 0) * HIDDEN + col,
+                  valid ? 16 : 0);
     }
-    cp_async_16(dst, src, valid ? 16 : 0);
-  }
-  if (NS > 1) {  // coefficients: per token post (1 chunk) then the 4 rows of comb (4 chunks)
+  } else {
+    const int token = warp;
+    const bool valid = group_first + token < end;
+    const i64 tg = valid ? group_first + token : 0;
+    const bf16* streams = a.residual + tg * kStreams * HIDDEN + col;
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+      cp_async_16(buf + sk_mhc_chunk_index(NS, token, s, lane), streams + s * HIDDEN, valid ? 16 : 0);
+    cp_async_16(buf + x_region_chunk(NS) + token * kChunks + lane, a.x + tg * HIDDEN + col, valid ? 16 : 0);
+    // Coefficients: per token post (1 chunk) then the 4 rows of comb (4 chunks).
     constexpr int kCoefChunks = kCoefs / 4;
     const int u = static_cast<int>(threadIdx.x);
     if (u < kGroup * kCoefChunks) {
-      const int token = u / kCoefChunks, c = u % kCoefChunks;
-      const i64 tg = group_first + token;
-      const bool valid = tg < end;
-      const i64 t = valid ? tg : 0;
+      const int ctoken = u / kCoefChunks, c = u % kCoefChunks;
+      const bool cvalid = group_first + ctoken < end;
+      const i64 t = cvalid ? group_first + ctoken : 0;
       const float* src = c == 0 ? a.prev_post + kStreams * t : a.prev_comb + kStreams * (kStreams * t + (c - 1));
-      cp_async_16(buf + (NS + 1) * kGroup * kChunks + u, src, valid ? 16 : 0);
+      cp_async_16(buf + coef_region_chunk(NS) + u, src, cvalid ? 16 : 0);
     }
   }
 }
@@ -338,12 +344,15 @@ SK_DEVICE uint4 mix_back_stream(float post_j, const float (&comb_j)[kStreams], c
 }
 
 // Stage: post_pre mixes back in place (stream i of the chunk is replaced by output stream i, same
-// fma chain as mix_back_vector) and stores residual_out; pre stores 4 copies of x.
+// fma chain as mix_back_vector) and stores residual_out; pre stores 4 copies of x. Thread units
+// as in issue_group_loads: chunk = lane, token = warp (+ 4k for run_pre).
 template <int HIDDEN, int NS>
 SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 group_first, i64 end, int tile) {
-  constexpr int kUnits = kGroup * kChunks;
-  for (int u = static_cast<int>(threadIdx.x); u < kUnits; u += static_cast<int>(blockDim.x)) {
-    const int chunk = u % kChunks, token = u / kChunks;
+  constexpr int kWarps = 4 * NS;  // blockDim, as the launch contract fixes it
+  const int chunk = static_cast<int>(threadIdx.x) % kWarpSize;  // kChunks == kWarpSize
+#pragma unroll
+  for (int k = 0; k < kGroup / kWarps; ++k) {
+    const int token = static_cast<int>(threadIdx.x) / kWarpSize + k * kWarps;
     const i64 tg = group_first + token;
     if (tg >= end) continue;  // zero rows stay zero
     const i64 col = static_cast<i64>(tile) * kTileH + chunk * kBf16PerVector;
@@ -353,8 +362,8 @@ SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 gro
 #pragma unroll
       for (int s = 0; s < kStreams; ++s) store_16B(out + s * HIDDEN, v);
     } else {
-      const uint4 xv = buf[NS * kGroup * kChunks + token * kChunks + chunk];
-      const float* coef = reinterpret_cast<const float*>(buf + (NS + 1) * kGroup * kChunks) + token * kCoefs;
+      const uint4 xv = buf[x_region_chunk(NS) + token * kChunks + chunk];
+      const float* coef = reinterpret_cast<const float*>(buf + coef_region_chunk(NS)) + token * kCoefs;
       uint4 r[kStreams];
 #pragma unroll
       for (int s = 0; s < kStreams; ++s) r[s] = buf[sk_mhc_chunk_index(NS, token, s, chunk)];
@@ -382,8 +391,26 @@ typedef u32 FnFragments[kFnTerms][kWarpKSteps][kNTiles][2];
 
 // Gram units of one group (u = warp, warp + kWarps, ...: token quad u / 4, hidden quarter u % 4),
 // written straight to gram_sums.
+// run_pre (NS = 1): the 4 streams are copies of x, so every Gram entry of a token is sum x^2 over
+// the tile. Warp w sums tokens w, w + 4, ... (8 elements per lane, then the warp) into
+// gram_sums[0][token][0]; reduce_group reads that one value for all 10 pairs. 16 MMA units per
+// group would compute the same number 10 times over (and their ldmatrix addressing dominated
+// run_pre's partial kernel).
 template <int NS>
 SK_DEVICE void group_gram(const uint4* buf, GramSums& gram_sums, int warp, int lane) {
+  if constexpr (NS == 1) {
+#pragma unroll
+    for (int k = 0; k < kGroup / 4; ++k) {
+      const int token = warp + 4 * k;
+      const uint4 v = buf[sk_mhc_chunk_index(1, token, 0, lane)];
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum = fmaf(bf16_element(v, e), bf16_element(v, e), sum);
+      sum = warp_sum(sum);
+      if (lane == 0) gram_sums[0][token][0] = sum;
+    }
+    return;
+  }
   constexpr int kWarps = 4 * NS;
 #pragma unroll 1
   for (int unit = warp; unit < kGramUnits; unit += kWarps) {
@@ -443,26 +470,43 @@ SK_DEVICE void store_projection(float* proj_sums, const float (&acc)[kNTiles][4]
                                  sk_mhc_c_mix(nt, i, lane)) = make_float2(acc[nt][i], acc[nt][i + 1]);
 }
 
-// One thread per (token, slot): warps (quarters) summed in index order, then the partial row.
+// One thread per (token, 4 slots): the warps' projection sums added in warp order (the Gram
+// quarters in quarter order), then one 16-byte store into the partial row. Slots 24..35 are the
+// 10 Gram pairs and the 2 pad slots (written as zero).
 template <int HIDDEN, int NS>
 SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, const float* proj_sums, const GramSums& gram_sums,
                             i64 group_first, i64 end, int tile) {
   constexpr int kWarps = 4 * NS;
-  for (int u = static_cast<int>(threadIdx.x); u < kGroup * kPartialSlots; u += static_cast<int>(blockDim.x)) {
-    const int token = u / kPartialSlots, slot = u % kPartialSlots;
+  constexpr int kMixQuads = kMixes / 4, kRowQuads = kPartialStride / 4;
+  static_assert(kMixes % 4 == 0 && kPartialStride % 4 == 0 && kMixes + kGramPairs <= kPartialStride, "row of float4");
+#pragma unroll 1
+  for (int u = static_cast<int>(threadIdx.x); u < kGroup * kRowQuads; u += kWarps * kWarpSize) {
+    const int token = u % kGroup, quad = u / kGroup;  // lanes of a warp: consecutive tokens
     const i64 tg = group_first + token;
     if (tg >= end) continue;
-    float sum;
-    if (slot < kMixes) {
-      sum = proj_sums[token * kMixes + slot];
+    float4 sum;
+    if (quad < kMixQuads) {
+      sum = *reinterpret_cast<const float4*>(proj_sums + token * kMixes + 4 * quad);
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) sum += proj_sums[(w * kGroup + token) * kMixes + slot];
+      for (int w = 1; w < kWarps; ++w) {
+        const float4 p = *reinterpret_cast<const float4*>(proj_sums + (w * kGroup + token) * kMixes + 4 * quad);
+        sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+      }
     } else {
-      const int pair = slot - kMixes;
-      sum = ((gram_sums[0][token][pair] + gram_sums[1][token][pair]) + gram_sums[2][token][pair]) +
-            gram_sums[3][token][pair];
+      float g[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int pair = 4 * (quad - kMixQuads) + i;
+        if (pair >= kGramPairs) g[i] = 0.0f;
+        else if (NS == 1) g[i] = gram_sums[0][token][0];  // run_pre: group_gram's sum x^2, every pair
+        else
+          g[i] = ((gram_sums[0][token][pair] + gram_sums[1][token][pair]) + gram_sums[2][token][pair]) +
+                 gram_sums[3][token][pair];
+      }
+      sum = make_float4(g[0], g[1], g[2], g[3]);
     }
-    a.partials[(tg * num_tiles(HIDDEN) + tile) * kPartialStride + slot] = sum;
+    store_16B(a.partials + (tg * num_tiles(HIDDEN) + tile) * kPartialStride + 4 * quad,
+              make_uint4(__float_as_uint(sum.x), __float_as_uint(sum.y), __float_as_uint(sum.z), __float_as_uint(sum.w)));
   }
 }
 
@@ -492,7 +536,8 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   const i64 first = static_cast<i64>(blockIdx.x) * tokens_per_cta;
   const i64 end = min_i64(first + tokens_per_cta, num_tokens);
   const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
-  auto group_buf = [&](int g) { return stage_smem + (g % stages) * kStageU4; };
+  // stages == 2 (the default) picks the buffer by parity, not a run-time division.
+  auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageU4; };
   auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
 
   // Prologue: the first stages - 1 groups in flight (one commit per slot, empty or not, so the
@@ -529,7 +574,7 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
     for (int grp = 0; grp < groups; ++grp) {
       uint4* buf = group_buf(grp);
       cp_async_wait<0>();
-      __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
+        __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
       if (grp + 1 < groups) issue_group_loads(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
       stage_group(a, buf, group_first(grp), end, tile);
@@ -566,12 +611,18 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
         }
       }
       cp_async_wait_pending(stages - 3);  // group grp + 2 landed
-      __syncthreads();
+        __syncthreads();
     }
     if (groups > 0)
       reduce_group(a, sums + ((groups - 1) % 2) * kSumsFloats, gram_sums[(groups - 1) % 2], group_first(groups - 1),
                    end, tile);
   }
+  // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
+  // trigger at entry, graph replays of run_post_pre at T = 128 were 18-36% slower than plain
+  // launches; with it here 1-6% faster (H200, thirty-second and thirty-third runs). run_pre keeps
+  // the trigger at entry: there the late one was 9-35% slower at T = 128 (both ~1% faster at
+  // T = 4096).
+  if (NS > 1) pdl_launch_dependents();
   cp_async_wait<0>();  // no copy may outlive the CTA (only empty groups can be pending here)
 }
 
@@ -590,7 +641,7 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
                             const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
                             const float* __restrict__ fn, bf16* __restrict__ residual_out,
                             float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
-  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
+  pdl_wait_for_previous();  // launched overlapped (docs/architecture.md, Launch); dependents: partial_body's end
   const PartialArgs<HIDDEN, kStreams> a{x, residual, prev_post, prev_comb, fn, residual_out, partials};
   partial_body<HIDDEN, kStreams>(a, num_tokens, tokens_per_cta, num_stages);
 }
