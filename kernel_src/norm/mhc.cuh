@@ -619,7 +619,7 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   }
   // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
   // trigger at entry, graph replays of run_post_pre at T = 128 were 18-36% slower than plain
-  // launches; with it here 1-6% faster (H200, thirty-second and thirty-third runs). run_pre keeps
+  // launches; with it here 1-6% faster (H200, thirty-second to thirty-fourth runs). run_pre keeps
   // the trigger at entry: there the late one was 9-35% slower at T = 128 (both ~1% faster at
   // T = 4096).
   if (NS > 1) pdl_launch_dependents();
