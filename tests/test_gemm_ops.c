@@ -238,16 +238,21 @@ Test(gemm_ops, decode_schedule_takes_every_unit_once) {
 /* Workspace: 0 when no tile is split (K = 128, beyond decode); the fourth override field picks the
  * schedule (no GPU here: 128 SMs assumed; the default target of the split-K grid is 2 CTAs per SM,
  * and "auto" switches to stream-K when that grid splits K and exceeds the resident CTAs:
- * 4 per SM for tensor_fp8 at M <= 8, 3 otherwise). */
+ * 4 per SM for nvfp4 / tensor_fp8 at M <= 8, 3 otherwise). Tiles are 32 rows, 16 for tensor_fp8 at
+ * N <= 16384 and for block_fp8 there at M <= 8 (decode_row_tiles); the workspace is the larger
+ * need of the two token-tile variants, each with its own tiles. */
 Test(gemm_ops, decode_workspace_follows_the_schedule) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 128), 0u, "one step per tile: never split");
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), 0u, "256 tiles >= 2 x 128 SMs: no split");
-  /* 128 tiles: 2 splits = 256 CTAs, one wave for both token-tile variants: split-K */
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 32 * 4 + 128 * 4));
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_NVFP4, 1, 8192, 8192), 0u, "256 tiles >= 2 x 128 SMs: no split");
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 4096, 8192), 0u, "256 16-row tiles: no split");
+  /* tensor_fp8, 128 16-row tiles: 2 splits = 256 CTAs, one wave for both token-tile variants: split-K */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 2048, 8192), (size_t)(2 * 256 * 16 * 4 + 128 * 4));
+  /* block_fp8: 256 16-row tiles at 8 tokens (no split); 128 32-row tiles split in 2 at 16 tokens */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 32 * 4 + 128 * 4));
   /* 224 tiles: 2 splits = 448 CTAs; mxfp8 holds 384 resident: stream-K over 384 CTAs */
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 7168, 8192), (size_t)(2 * 384 * 16 * 32 * 4 + 1024));
-  /* tensor_fp8: 448 split-K CTAs fit 512 at 8 tokens, the 16-token variant (384) streams: the larger */
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 7168, 8192), (size_t)(2 * 448 * 32 * 4 + 1024));
+  /* nvfp4: 448 split-K CTAs fit 512 at 8 tokens, the 16-token variant (384) streams: the larger */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_NVFP4, 1, 7168, 8192), (size_t)(2 * 448 * 32 * 4 + 1024));
   /* Never shrinking as M grows (plans size it for their largest M), across the token-tile switch. */
   const int64_t shapes[][2] = {{8192, 8192}, {25344, 4096}, {5120, 2944}, {200, 1152}, {77, 128}};
   for (int r = 0; r < 5; r++)

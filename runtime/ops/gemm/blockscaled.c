@@ -58,7 +58,7 @@ static int sm_count(void) {
 }
 
 /* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,CTAS_PER_SM[,SCHEDULE]"
- * replaces the defaults (2, 4, 0, auto): 16*ROW_TILES rows of B per tile, WARPS warps per CTA
+ * replaces the defaults (decode_row_tiles, 4, 0, auto): 16*ROW_TILES rows of B per tile, WARPS warps per CTA
  * splitting its steps, and the grid. streamk: CTAS_PER_SM CTAs per SM (0: what the kernel's
  * __launch_bounds__ guarantee, sk_decode_ctas_per_sm) sharing the (tile, step) units equally
  * (kernel_src/gemm/decode_schedule.cuh). splitk: one CTA per (tile, K split), splits until the
@@ -94,7 +94,7 @@ static decode_cfg decode_override;
 static env_override decode_env = {PTHREAD_ONCE_INIT, SK_OK, ""};
 
 static void decode_override_load(void) {
-  decode_override = (decode_cfg){2, 4, 0, SCHEDULE_AUTO};
+  decode_override = (decode_cfg){0, 4, 0, SCHEDULE_AUTO}; /* row_tiles 0: decode_row_tiles decides */
   const char *v = sk_env_str("SPARKINFER_GEMM_DECODE");
   if (!v) return;
   decode_cfg d = {0, 0, 0, SCHEDULE_AUTO};
@@ -118,18 +118,37 @@ static decode_cfg decode_config(void) {
   pthread_once(&decode_env.once, decode_override_load);
   return decode_override;
 }
-static int64_t decode_rows_per_block(void) { return 16 * decode_config().row_tiles; }
+/* Weight rows per decode tile are 16 * this: 1 for tensor_fp8 up to N = 16384 and for block_fp8
+ * up to N = 16384 at M <= 8 (one token tile), else 2. Measured on the H200 (bench/RESULTS.md,
+ * thirty-seventh and thirty-eighth runs): one row tile is 8-24% faster for tensor_fp8 at M = 1
+ * and 10-21% at M = 16 on 8192x8192, 8192x28672 and 5120x2944 (the resident CTAs get whole
+ * 16-row tiles instead of split 32-row ones), and 4-29% for block_fp8 at M = 1; but block_fp8 at
+ * M = 16 was 16-41% slower on the large shapes, and 28672x4096 (enough 32-row tiles already)
+ * gains nothing. mxfp8 stays at 2 (its fused mxfp8_linear kernel, bitwise equal to quantize + mm
+ * with the same geometry, was 25-50% slower with 1), and so do the FP4 recipes (slower with 1 on
+ * every large shape). A function of recipe, N and token tiles only: offline plans and manifests
+ * pick the same kernels as a GPU does. */
+#define DECODE_ONE_ROW_TILE_MAX_N 16384
+static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n) {
+  const decode_cfg d = decode_config();
+  if (d.row_tiles) return d.row_tiles;
+  const bool one = (r == SK_GEMM_TENSOR_FP8 || (r == SK_GEMM_BLOCK_FP8 && token_tiles == 1)) &&
+                   n <= DECODE_ONE_ROW_TILE_MAX_N;
+  return one ? 1 : 2;
+}
 
 /* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
  * `may_split`: some tile may be shared by CTAs (then partials and counters are needed). */
 typedef struct decode_grid {
   int64_t tiles, ctas;
   bool may_split;
+  int64_t rows_per_tile; /* 16 * ROW_TILES */
 } decode_grid;
 
 static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
-  const int64_t tiles = sk_cdiv(n, decode_rows_per_block()), sms = sm_count(), steps = k / step_k(r);
+  const int row_tiles = decode_row_tiles(r, token_tiles, n);
+  const int64_t tiles = sk_cdiv(n, 16 * row_tiles), sms = sm_count(), steps = k / step_k(r);
   /* split-K: whole tiles, K split until the grid has the target CTAs per SM */
   const int64_t target = (d.ctas_per_sm && d.schedule == SCHEDULE_SPLITK ? d.ctas_per_sm : 2) * sms;
   int64_t splits = tiles >= target ? 1 : sk_cdiv(target, tiles);
@@ -137,7 +156,7 @@ static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n,
   if (splits > steps / 4) splits = steps / 4; /* >= 4 steps per split: one per warp of a 4-warp block */
   if (splits < 1) splits = 1;
   /* stream-K: the resident CTAs share the (tile, step) units equally */
-  const int64_t per_sm = d.ctas_per_sm ? d.ctas_per_sm : sk_decode_ctas_per_sm((int)r, token_tiles, d.warps, d.row_tiles);
+  const int64_t per_sm = d.ctas_per_sm ? d.ctas_per_sm : sk_decode_ctas_per_sm((int)r, token_tiles, d.warps, row_tiles);
   const int64_t resident = per_sm * sms;
   const bool streamk = d.schedule == SCHEDULE_STREAMK ||
                        (d.schedule == SCHEDULE_AUTO && splits > 1 && tiles * splits > resident);
@@ -149,15 +168,15 @@ static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n,
     if (ctas > 16 * tiles) ctas = 16 * tiles;                           /* <= 17 CTAs share a tile */
     if (ctas < least) ctas = least; /* fewer steps than warps: still a tile per CTA */
   }
-  return (decode_grid){tiles, ctas, sk_decode_may_split_tiles((int)tiles, (int)steps, (int)ctas) != 0};
+  return (decode_grid){tiles, ctas, sk_decode_may_split_tiles((int)tiles, (int)steps, (int)ctas) != 0, 16 * row_tiles};
 }
 
 static size_t decode_counters_bytes(int64_t tiles) { return ((size_t)tiles * 4 + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
 
 /* Workspace a grid of `ctas` CTAs uses at M tokens: tile counters, then 2 partial slots of
  * M x 16*ROW_TILES floats per CTA. */
-static size_t decode_workspace_need(int64_t tiles, int64_t ctas, int64_t m) {
-  return decode_counters_bytes(tiles) + (size_t)(2 * ctas * m * decode_rows_per_block()) * sizeof(float);
+static size_t decode_workspace_need(int64_t tiles, int64_t ctas, int64_t m, int64_t rows_per_block) {
+  return decode_counters_bytes(tiles) + (size_t)(2 * ctas * m * rows_per_block) * sizeof(float);
 }
 
 /* Sized for the larger grid of the two token-tile variants, so that it never shrinks as M grows
@@ -166,7 +185,9 @@ SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t 
   if (!recipe_valid(recipe) || m < 1 || n < 1 || k < 128 || m > DECODE_MAX_M) return 0;
   const decode_grid g1 = decode_schedule(recipe, 1, n, k), g2 = decode_schedule(recipe, 2, n, k);
   if (!g1.may_split && !g2.may_split) return 0;
-  return decode_workspace_need(g1.tiles, g1.ctas > g2.ctas ? g1.ctas : g2.ctas, m);
+  const size_t need1 = g1.may_split ? decode_workspace_need(g1.tiles, g1.ctas, m, g1.rows_per_tile) : 0,
+               need2 = g2.may_split ? decode_workspace_need(g2.tiles, g2.ctas, m, g2.rows_per_tile) : 0;
+  return need1 > need2 ? need1 : need2;
 }
 
 /* One decode launch: its CTAs and workspace views. Without a (large enough, aligned) workspace a
@@ -180,7 +201,7 @@ static decode_launch decode_launch_for(sk_gemm_recipe r, int64_t m, int64_t n, i
                                        size_t ws_bytes) {
   const decode_grid g = decode_schedule(r, m <= 8 ? 1 : 2, n, k);
   if (!g.may_split) return (decode_launch){g.ctas, NULL, NULL};
-  if (!workspace || ws_bytes < decode_workspace_need(g.tiles, g.ctas, m) || (uintptr_t)workspace % WS_ALIGN)
+  if (!workspace || ws_bytes < decode_workspace_need(g.tiles, g.ctas, m, g.rows_per_tile) || (uintptr_t)workspace % WS_ALIGN)
     return (decode_launch){g.tiles, NULL, NULL};
   return (decode_launch){g.ctas, (char *)workspace + decode_counters_bytes(g.tiles), workspace};
 }
@@ -289,11 +310,12 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
   *c = (gemm_cfg){.recipe = (int)r, .out = out};
   if (m <= DECODE_MAX_M) {
     const decode_cfg d = decode_config();
+    const int row_tiles = decode_row_tiles(r, m <= 8 ? 1 : 2, n);
     c->path = PATH_DECODE;
     c->tmpl[0] = m <= 8 ? 1 : 2; /* token tiles of 8 */
     c->tmpl[1] = d.warps;
-    c->tmpl[2] = d.row_tiles;
-    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 16 * d.row_tiles), 1, 1};
+    c->tmpl[2] = row_tiles;
+    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 16 * row_tiles), 1, 1};
     c->block = (sk_dim3){32u * (unsigned)d.warps, 1, 1};
   } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
     const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
