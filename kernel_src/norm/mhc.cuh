@@ -574,7 +574,7 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
     for (int grp = 0; grp < groups; ++grp) {
       uint4* buf = group_buf(grp);
       cp_async_wait<0>();
-        __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
+      __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
       if (grp + 1 < groups) issue_group_loads(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
       stage_group(a, buf, group_first(grp), end, tile);
@@ -611,7 +611,7 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
         }
       }
       cp_async_wait_pending(stages - 3);  // group grp + 2 landed
-        __syncthreads();
+      __syncthreads();
     }
     if (groups > 0)
       reduce_group(a, sums + ((groups - 1) % 2) * kSumsFloats, gram_sums[(groups - 1) % 2], group_first(groups - 1),
