@@ -1,6 +1,6 @@
 /* gemm host side without a GPU: pack_weight equals the reference's for every recipe; mm
  * validation (bad shapes, K not a multiple of 128, mismatched recipe scales, misaligned
- * pointers, wrong dtypes) fails with a status and a message; manifest builders. Device pointers
+ * pointers, wrong dtypes) fails with a status and a message; manifest builders (and the decode row tiles they pick). Device pointers
  * are fake: validation never dereferences them. */
 #include <criterion/criterion.h>
 
@@ -331,6 +331,47 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
     else cr_assert(strstr(out, "sk::gemm::mma_tiled<0, 0, 128"), "%s: %s", archs[a], out);
     free(out);
   }
+  tu_rmrf(dir);
+  free(dir);
+}
+
+/* Decode row tiles (decode_row_tiles): 16-row tiles for tensor_fp8 at N <= 16384 (both token
+ * tiles) and for block_fp8 there at M <= 8 only; 32-row tiles otherwise. The manifest builder
+ * picks exactly those kernels, and tools/manifests/kernels-gemm.json (CI's compile check, the
+ * prebuilt caches) lists every one of them. */
+Test(gemm_ops, decode_row_tiles_follow_recipe_n_and_tokens) {
+  char *dir = tu_tempdir("gemmrows");
+  char m[600], warm[512];
+  snprintf(m, sizeof m, "%s/m.json", dir);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1]}},"
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":16384,\"k\":4096,\"m\":[1,16]}},"
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1]}},"
+                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":8192,\"k\":4096,\"m\":[1]}}]}");
+  char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--dry-run", NULL};
+  char *out = NULL;
+  cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+  static const char *const picked[] = {"gemv_decode<4, 0, 1, 4, 1>", "gemv_decode<4, 0, 2, 4, 1>", "gemv_decode<4, 0, 1, 4, 2>",
+                                       "gemv_decode<3, 0, 1, 4, 1>", "gemv_decode<3, 0, 2, 4, 2>", "gemv_decode<2, 0, 1, 4, 2>",
+                                       "gemv_decode<0, 0, 1, 4, 2>"};
+  static const char *const not_picked[] = {"gemv_decode<3, 0, 2, 4, 1>", "gemv_decode<2, 0, 1, 4, 1>",
+                                           "gemv_decode<0, 0, 1, 4, 1>"};
+  FILE *f = fopen("tools/manifests/kernels-gemm.json", "rb");
+  cr_assert(f, "tools/manifests/kernels-gemm.json (run from the repo root)");
+  static char listed[1 << 16];
+  const size_t len = fread(listed, 1, sizeof listed - 1, f);
+  fclose(f);
+  cr_assert_lt(len, sizeof listed - 1, "kernels-gemm.json grew past the test's buffer");
+  listed[len] = 0;
+  for (size_t i = 0; i < sizeof picked / sizeof *picked; i++) {
+    cr_assert(strstr(out, picked[i]), "not picked: %s\n%s", picked[i], out);
+    cr_assert(strstr(listed, picked[i]), "picked but not in kernels-gemm.json: %s", picked[i]);
+  }
+  for (size_t i = 0; i < sizeof not_picked / sizeof *not_picked; i++)
+    cr_assert_null(strstr(out, not_picked[i]), "picked: %s\n%s", not_picked[i], out);
+  free(out);
   tu_rmrf(dir);
   free(dir);
 }
