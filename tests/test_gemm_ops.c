@@ -1,7 +1,7 @@
 /* gemm host side without a GPU: pack_weight equals the reference's for every recipe; mm
  * validation (bad shapes, K not a multiple of 128, mismatched recipe scales, misaligned
- * pointers, wrong dtypes) fails with a status and a message; manifest builders (and the decode row tiles they pick). Device pointers
- * are fake: validation never dereferences them. */
+ * pointers, wrong dtypes) fails with a status and a message; manifest builders and the decode
+ * row tiles they pick. Device pointers are fake: validation never dereferences them. */
 #include <criterion/criterion.h>
 
 #include "ref/gemm.h"
