@@ -315,24 +315,18 @@ Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
 /* The manifest builder picks each arch's kernels: the SM120 block-scaled kernel for FP4/MXFP8
  * prefill on sm_120a/sm_121a, the portable tiled kernel on sm_90a, decode for M <= 16 on all. */
 Test(gemm_ops, manifest_builder_picks_the_arch_path) {
-  char *dir = tu_tempdir("gemmpath");
-  char m[600], warm[512];
-  snprintf(m, sizeof m, "%s/m.json", dir);
-  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
-  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
-                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":4096,\"k\":4096,\"m\":[1,2048]}}]}");
   const char *archs[] = {"sm_120a", "sm_121a", "sm_90a"};
   for (int a = 0; a < 3; a++) {
-    char *argv[] = {warm, "--manifest", m, "--arch", (char *)archs[a], "--dry-run", NULL};
     char *out = NULL;
-    cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+    cr_assert_eq(tu_warm_dry_run("{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":4096,\"k\":4096,"
+                                 "\"m\":[1,2048]}}",
+                                 archs[a], &out),
+                 0, "%s", out);
     cr_assert(strstr(out, "sk::gemm::gemv_decode<0, 0, 1, 4, 2>"), "%s: %s", archs[a], out);
     if (a < 2) cr_assert(strstr(out, "sk::gemm::sm120_blockscaled<0, 0, 128"), "%s: %s", archs[a], out);
     else cr_assert(strstr(out, "sk::gemm::mma_tiled<0, 0, 128"), "%s: %s", archs[a], out);
     free(out);
   }
-  tu_rmrf(dir);
-  free(dir);
 }
 
 /* Decode row tiles (decode_row_tiles): 16-row tiles for tensor_fp8 at N <= 16384 (both token
@@ -340,19 +334,14 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
  * picks exactly those kernels, and tools/manifests/kernels-gemm.json (CI's compile check, the
  * prebuilt caches) lists every one of them. */
 Test(gemm_ops, decode_row_tiles_follow_recipe_n_and_tokens) {
-  char *dir = tu_tempdir("gemmrows");
-  char m[600], warm[512];
-  snprintf(m, sizeof m, "%s/m.json", dir);
-  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
-  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
-                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
-                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1]}},"
-                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":16384,\"k\":4096,\"m\":[1,16]}},"
-                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1]}},"
-                   "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":8192,\"k\":4096,\"m\":[1]}}]}");
-  char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--dry-run", NULL};
   char *out = NULL;
-  cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+  cr_assert_eq(tu_warm_dry_run("{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":16384,\"k\":4096,\"m\":[1,16]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":8192,\"k\":4096,\"m\":[1]}}",
+                               "sm_120a", &out),
+               0, "%s", out);
   static const char *const picked[] = {"gemv_decode<4, 0, 1, 4, 1>", "gemv_decode<4, 0, 2, 4, 1>", "gemv_decode<4, 0, 1, 4, 2>",
                                        "gemv_decode<3, 0, 1, 4, 1>", "gemv_decode<3, 0, 2, 4, 2>", "gemv_decode<2, 0, 1, 4, 2>",
                                        "gemv_decode<0, 0, 1, 4, 2>"};
@@ -372,6 +361,4 @@ Test(gemm_ops, decode_row_tiles_follow_recipe_n_and_tokens) {
   for (size_t i = 0; i < sizeof not_picked / sizeof *not_picked; i++)
     cr_assert_null(strstr(out, not_picked[i]), "picked: %s\n%s", not_picked[i], out);
   free(out);
-  tu_rmrf(dir);
-  free(dir);
 }

@@ -83,6 +83,27 @@ static inline int tu_write_file(const char *path, const char *text) {
   return fclose(f);
 }
 
+/* sk-warm --dry-run for `arch` on a manifest whose "ops" array holds `ops_items` (JSON objects,
+ * comma-separated): its exit status, its stdout in *out (malloc'd). The manifest's temp dir is
+ * removed before returning. */
+static inline int tu_warm_dry_run(const char *ops_items, const char *arch, char **out) {
+  char *dir = tu_tempdir("warmdry");
+  if (!dir) return -1;
+  char m[300], warm[512];
+  snprintf(m, sizeof m, "%s/m.json", dir);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  const size_t len = strlen(ops_items) + 64;
+  char *text = malloc(len);
+  snprintf(text, len, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[%s]}", ops_items);
+  const int written = tu_write_file(m, text);
+  free(text);
+  char *argv[] = {warm, "--manifest", m, "--arch", (char *)arch, "--dry-run", NULL};
+  const int rc = written == 0 ? tu_run(argv, NULL, out) : -1;
+  tu_rmrf(dir);
+  free(dir);
+  return rc;
+}
+
 static inline int tu_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
