@@ -140,6 +140,13 @@ bool sk_arch_valid(const char *arch) {
   return *p == '\0';
 }
 
+int sk_arch_number(const char *arch) {
+  if (!sk_arch_valid(arch)) return 0;
+  int n = 0;
+  for (const char *p = arch + 3; *p >= '0' && *p <= '9'; p++) n = n * 10 + (*p - '0');
+  return n;
+}
+
 SK_API sk_status sk_device_arch(int ordinal, char *buf, size_t size) {
   if (!buf || size < 8) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_device_arch: buf must hold >= 8 bytes");
   SK_TRY(sk_driver_ensure());

@@ -109,13 +109,6 @@ sk_status sk_scratch_bind(const char *op, const sk_scratch_layout *l, void *scra
   return SK_OK;
 }
 
-int sk_arch_number(const char *arch) {
-  if (!sk_arch_valid(arch)) return 0;
-  int n = 0;
-  for (const char *p = arch + 3; *p >= '0' && *p <= '9'; p++) n = n * 10 + (*p - '0');
-  return n;
-}
-
 bool sk_arch_is_sm120(const char *arch) {
   int n = sk_arch_number(arch);
   size_t len = strlen(arch);

@@ -58,8 +58,6 @@ sk_status sk_scratch_bind(const char *op, const sk_scratch_layout *l, void *scra
 sk_status sk_op_arch(const char *op, const char *caps_arch, char arch[SK_MAX_ARCH]);
 /* True for the SM120 family targets that have block-scaled mma and e2m1 cvt. */
 bool sk_arch_is_sm120(const char *arch);
-/* Compute capability of an arch string ("sm_120a" -> 120); 0 if malformed. */
-int sk_arch_number(const char *arch);
 
 /* Resolve one kernel of an op at plan time (compiles if needed; loads on the GPU). */
 sk_status sk_op_resolve(const char *op, const char *source, const char *name_expr, const char *params,

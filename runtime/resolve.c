@@ -173,7 +173,7 @@ static sk_kernel *entry_new(const sk_kernel_request *req, const sk_key *key) {
   e->params = strdup(req->params ? req->params : "");
   sk_strlcpy(e->arch, req->arch, sizeof e->arch);
   /* Decided once here, not per launch: programmatic dependent launch needs sm_90+. */
-  e->overlap_capable = strncmp(e->arch, "sm_", 3) == 0 && atoi(e->arch + 3) >= 90;
+  e->overlap_capable = sk_arch_number(e->arch) >= 90;
   e->link = req->link ? 1 : 0;
   e->num_options = req->num_options;
   e->options = calloc(req->num_options + 1, sizeof(char *));

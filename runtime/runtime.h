@@ -102,6 +102,8 @@ sk_status sk_device_sm_count(int *out);
 void sk_arch_from_cc(int major, int minor, char *buf, size_t size);
 /* Validate an arch string ("sm_" digits, optional 'a' or 'f'). */
 bool sk_arch_valid(const char *arch);
+/* Compute capability of an arch string ("sm_120a" -> 120); 0 if malformed. */
+int sk_arch_number(const char *arch);
 
 /* ---- JIT (runtime/jit.c) ----------------------------------------------------------------- */
 
