@@ -96,8 +96,8 @@ enum {
   /** Programmatic dependent launch (sm_90+, CUDA 12 driver): the kernel may be scheduled before
    *  the previous kernel in `stream` has finished, so its launch latency overlaps that kernel's
    *  tail. Only for kernels that execute `griddepcontrol.wait` (kernel_src/common/sync.cuh,
-   *  pdl_wait_for_previous) before they read or write anything the previous work touches: the
-   *  library's decode GEMM kernels do. Ignored (a plain launch) below sm_90, without
+   *  pdl_wait_for_previous) before they read or write anything the previous work touches: every
+   *  op kernel of the library but the tiled (M > 16) GEMM does. Ignored (a plain launch) below sm_90, without
    *  cuLaunchKernelEx, with SPARKINFER_PDL=0 and with SPARKINFER_TIMING=1; a driver that answers
    *  CUDA_ERROR_NOT_SUPPORTED gets a plain launch instead, and no overlap is asked for again in
    *  this process. Safe in graph capture (the edge becomes a programmatic dependency). */

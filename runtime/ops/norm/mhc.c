@@ -374,8 +374,9 @@ SK_API sk_status sk_mhc_bind_post_pre(const sk_mhc_plan *p, const DLTensor *x, c
 
 /* ---- run ---------------------------------------------------------------------------------- */
 
-/* Every norm.mhc kernel starts with pdl_enter() (kernel_src/common/sync.cuh), so each launch may
- * overlap the previous kernel's tail (SK_LAUNCH_OVERLAP_PREVIOUS, include/sparkinfer/jit.h). */
+/* Every norm.mhc kernel waits for the previous kernel before touching memory (pdl_enter or
+ * pdl_wait_for_previous, kernel_src/common/sync.cuh), so each launch may overlap the previous
+ * kernel's tail (SK_LAUNCH_OVERLAP_PREVIOUS, include/sparkinfer/jit.h). */
 SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *stream) {
   if (SK_UNLIKELY(!p)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " run: plan is NULL");
   SK_TRY(sk_binding_check(OP, b, p));
