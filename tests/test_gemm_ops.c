@@ -128,6 +128,22 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
                    "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":-4,\"k\":4096,\"m\":[1]}}]}");
   cr_assert_eq(tu_run(argv2, NULL, NULL), 2);
+  /* K picks the decode kernel's row tiles: a manifest must give it, a multiple of 128. */
+  static const char *const bad_k[] = {"", ",\"k\":4000", ",\"k\":0", ",\"k\":\"4096\""};
+  for (size_t i = 0; i < sizeof bad_k / sizeof *bad_k; i++) {
+    char text[256];
+    snprintf(text, sizeof text,
+             "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
+             "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":4096%s,\"m\":[1]}}]}",
+             bad_k[i]);
+    tu_write_file(m, text);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "'%s' --manifest '%s' --arch sm_120a --dry-run 2>&1", warm, m); /* the error is on stderr */
+    char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+    cr_assert_eq(tu_run(sh, NULL, &out), 2, "k case %zu", i);
+    cr_assert(strstr(out, "caps.k: expected a positive multiple of 128"), "k case %zu: %s", i, out);
+    free(out);
+  }
   tu_rmrf(dir);
   free(dir);
 }
@@ -322,7 +338,7 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
                                  "\"m\":[1,2048]}}",
                                  archs[a], &out),
                  0, "%s", out);
-    cr_assert(strstr(out, "sk::gemm::gemv_decode<0, 0, 1, 4, 2>"), "%s: %s", archs[a], out);
+    cr_assert(strstr(out, "sk::gemm::gemv_decode<0, 0, 1, 4, 1>"), "%s: %s", archs[a], out); /* N*K = 2^24: small */
     if (a < 2) cr_assert(strstr(out, "sk::gemm::sm120_blockscaled<0, 0, 128"), "%s: %s", archs[a], out);
     else cr_assert(strstr(out, "sk::gemm::mma_tiled<0, 0, 128"), "%s: %s", archs[a], out);
     free(out);
@@ -330,23 +346,32 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
 }
 
 /* Decode row tiles (decode_row_tiles): 16-row tiles for tensor_fp8 at N <= 16384 (both token
- * tiles) and for block_fp8 there at M <= 8 only; 32-row tiles otherwise. The manifest builder
- * picks exactly those kernels, and tools/manifests/kernels-gemm.json (CI's compile check, the
- * prebuilt caches) lists every one of them. */
-Test(gemm_ops, decode_row_tiles_follow_recipe_n_and_tokens) {
+ * tiles), for block_fp8 there at M <= 8 only, for nvfp4 / mxfp4 at N * K <= 2^24 and for nvfp4
+ * at M > 8 up to N * K = 2^26; 32-row tiles otherwise. The manifest builder picks exactly those
+ * kernels, and tools/manifests/kernels-gemm.json (CI's compile check, the prebuilt caches) lists
+ * every one of them. */
+Test(gemm_ops, decode_row_tiles_follow_recipe_shape_and_tokens) {
   char *out = NULL;
   cr_assert_eq(tu_warm_dry_run("{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":16384,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1]}},"
-                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":8192,\"k\":4096,\"m\":[1]}}",
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp4\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp4\",\"n\":5120,\"k\":2944,\"m\":[1,16],"
+                               "\"out\":\"fp32\"}}",
                                "sm_120a", &out),
                0, "%s", out);
+  /* nvfp4 8192 x 4096 (2^25): 32-row tiles at 8 tokens, 16-row at 16; mxfp4 32-row on that shape,
+   * 16-row on 5120 x 2944 (below 2^24). */
   static const char *const picked[] = {"gemv_decode<4, 0, 1, 4, 1>", "gemv_decode<4, 0, 2, 4, 1>", "gemv_decode<4, 0, 1, 4, 2>",
                                        "gemv_decode<3, 0, 1, 4, 1>", "gemv_decode<3, 0, 2, 4, 2>", "gemv_decode<2, 0, 1, 4, 2>",
-                                       "gemv_decode<0, 0, 1, 4, 2>"};
+                                       "gemv_decode<0, 0, 1, 4, 2>", "gemv_decode<0, 0, 2, 4, 1>", "gemv_decode<1, 0, 1, 4, 2>",
+                                       "gemv_decode<1, 0, 2, 4, 2>", "gemv_decode<1, 2, 1, 4, 1>", "gemv_decode<1, 2, 2, 4, 1>"};
   static const char *const not_picked[] = {"gemv_decode<3, 0, 2, 4, 1>", "gemv_decode<2, 0, 1, 4, 1>",
-                                           "gemv_decode<0, 0, 1, 4, 1>"};
+                                           "gemv_decode<0, 0, 1, 4, 1>", "gemv_decode<0, 0, 2, 4, 2>",
+                                           "gemv_decode<1, 0, 1, 4, 1>", "gemv_decode<1, 0, 2, 4, 1>",
+                                           "gemv_decode<1, 2, 1, 4, 2>"};
   FILE *f = fopen("tools/manifests/kernels-gemm.json", "rb");
   cr_assert(f, "tools/manifests/kernels-gemm.json (run from the repo root)");
   static char listed[1 << 16];

@@ -119,22 +119,29 @@ static decode_cfg decode_config(void) {
   return decode_override;
 }
 /* Weight rows per decode tile are 16 * this: 1 for tensor_fp8 up to N = 16384 and for block_fp8
- * up to N = 16384 at M <= 8 (one token tile), else 2. Measured on the H200 (bench/RESULTS.md,
- * thirty-seventh and thirty-eighth runs): one row tile is 8-24% faster for tensor_fp8 at M = 1
- * and 10-21% at M = 16 on 8192x8192, 8192x28672 and 5120x2944 (the resident CTAs get whole
- * 16-row tiles instead of split 32-row ones), and 4-29% for block_fp8 at M = 1; but block_fp8 at
- * M = 16 was 16-41% slower on the large shapes, and 28672x4096 (enough 32-row tiles already)
- * gains nothing. mxfp8 stays at 2 (its fused mxfp8_linear kernel, bitwise equal to quantize + mm
- * with the same geometry, was 25-50% slower with 1), and so do the FP4 recipes (slower with 1 on
- * every large shape). A function of recipe, N and token tiles only: offline plans and manifests
- * pick the same kernels as a GPU does. */
+ * up to N = 16384 at M <= 8 (one token tile); 1 for the FP4 recipes on small layers (N * K <= 2^24
+ * weights) and for nvfp4 at M > 8 up to N * K = 2^26; else 2. Measured on the H200
+ * (bench/RESULTS.md, thirty-seventh, thirty-eighth and forty-first runs): one row tile is 8-24%
+ * faster for tensor_fp8 at M = 1 and 10-21% at M = 16 on 8192x8192, 8192x28672 and 5120x2944 (the
+ * resident CTAs get whole 16-row tiles instead of split 32-row ones), and 4-29% for block_fp8 at
+ * M = 1; but block_fp8 at M = 16 was 16-41% slower on the large shapes, and 28672x4096 (enough
+ * 32-row tiles already) gains nothing. FP4 on 5120x2944: nvfp4 26% faster at M = 1 and 15% at
+ * M = 16, mxfp4 10% and 23%; nvfp4 8192x8192 at M = 16 18% faster, but 20% slower at M = 1, and
+ * every larger FP4 shape slower (5-40%). mxfp8 stays at 2 (its fused mxfp8_linear kernel, bitwise
+ * equal to quantize + mm with the same geometry, was 25-50% slower with 1). A function of recipe,
+ * N, K and token tiles only: offline plans and manifests pick the same kernels as a GPU does. */
 #define DECODE_ONE_ROW_TILE_MAX_N 16384
-static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n) {
+#define DECODE_FP4_ONE_ROW_TILE_MAX_NK ((int64_t)1 << 24)
+#define DECODE_NVFP4_16_TOKENS_ONE_ROW_TILE_MAX_NK ((int64_t)1 << 26)
+static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
   if (d.row_tiles) return d.row_tiles;
-  const bool one = (r == SK_GEMM_TENSOR_FP8 || (r == SK_GEMM_BLOCK_FP8 && token_tiles == 1)) &&
-                   n <= DECODE_ONE_ROW_TILE_MAX_N;
-  return one ? 1 : 2;
+  const bool fp8_one = (r == SK_GEMM_TENSOR_FP8 || (r == SK_GEMM_BLOCK_FP8 && token_tiles == 1)) &&
+                       n <= DECODE_ONE_ROW_TILE_MAX_N;
+  const int64_t fp4_max_nk = r == SK_GEMM_NVFP4 && token_tiles == 2 ? DECODE_NVFP4_16_TOKENS_ONE_ROW_TILE_MAX_NK
+                                                                    : DECODE_FP4_ONE_ROW_TILE_MAX_NK;
+  const bool fp4_one = recipe_fp4(r) && n * k <= fp4_max_nk;
+  return fp8_one || fp4_one ? 1 : 2;
 }
 
 /* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
@@ -147,7 +154,7 @@ typedef struct decode_grid {
 
 static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
-  const int row_tiles = decode_row_tiles(r, token_tiles, n);
+  const int row_tiles = decode_row_tiles(r, token_tiles, n, k);
   const int64_t tiles = sk_cdiv(n, 16 * row_tiles), sms = sm_count(), steps = k / step_k(r);
   /* split-K: whole tiles, K split until the grid has the target CTAs per SM */
   const int64_t target = (d.ctas_per_sm && d.schedule == SCHEDULE_SPLITK ? d.ctas_per_sm : 2) * sms;
@@ -306,11 +313,11 @@ static void cfg_strings(const gemm_cfg *c, char name[160], char params[128]) {
   }
 }
 
-static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
+static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c) {
   *c = (gemm_cfg){.recipe = (int)r, .out = out};
   if (m <= DECODE_MAX_M) {
     const decode_cfg d = decode_config();
-    const int row_tiles = decode_row_tiles(r, m <= 8 ? 1 : 2, n);
+    const int row_tiles = decode_row_tiles(r, m <= 8 ? 1 : 2, n, k);
     c->path = PATH_DECODE;
     c->tmpl[0] = m <= 8 ? 1 : 2; /* token tiles of 8 */
     c->tmpl[1] = d.warps;
@@ -342,8 +349,8 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, const c
  * (gemv_decode_mxfp8_bf16: BF16 tokens quantized in the warp by quantization.mxfp8's device
  * function; same geometry, grid and MMA order as the mxfp8 decode kernel, so bitwise equal to
  * quantize + mm). Larger M: quantizer launch + the mm kernel gemm_config picks. */
-static void linear_config(int out, int64_t m, int64_t n, const char *arch, gemm_cfg *c) {
-  gemm_config(SK_GEMM_MXFP8, out, m, n, arch, c);
+static void linear_config(int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c) {
+  gemm_config(SK_GEMM_MXFP8, out, m, n, k, arch, c);
   if (c->path == PATH_DECODE && m <= LINEAR_FUSED_MAX_M) c->path = PATH_FUSED;
 }
 
@@ -524,8 +531,8 @@ static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *wo
   const char *arch;
   SK_TRY(device_arch(&arch));
   gemm_cfg cfg;
-  if (fused) linear_config(x->out, x->m, x->n, arch, &cfg);
-  else gemm_config(r, x->out, x->m, x->n, arch, &cfg);
+  if (fused) linear_config(x->out, x->m, x->n, x->k, arch, &cfg);
+  else gemm_config(r, x->out, x->m, x->n, x->k, arch, &cfg);
   const uint64_t id = cfg_id(&cfg);
   sk_kernel *kern = memo_find(id);
   if (!kern) {
@@ -563,8 +570,8 @@ static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, s
   for (size_t i = 0; i < num_ms; i++) {
     if (ms[i] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: M values must be >= 1", what);
     gemm_cfg cfg;
-    if (linear) linear_config((int)out, ms[i], n, arch, &cfg);
-    else gemm_config(recipe, (int)out, ms[i], n, arch, &cfg);
+    if (linear) linear_config((int)out, ms[i], n, k, arch, &cfg);
+    else gemm_config(recipe, (int)out, ms[i], n, k, arch, &cfg);
     quantizer = quantizer || (linear && ms[i] > LINEAR_FUSED_MAX_M);
     sk_kernel *kern;
     SK_TRY(resolve_cfg(OP, &cfg, arch, &kern));
@@ -717,13 +724,15 @@ SK_API sk_status sk_gemm_tensor_fp8_linear(const DLTensor *x_codes, const DLTens
 static bool gemm_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 89; }
 
 /* caps: {"recipe": "nvfp4", "out": "bf16", "n": N, "k": K, "m": [1, 8, 16, 2048]}; the linear
- * aliases fix the recipe (forced >= 0) and mxfp8_linear adds its activation quantizer. */
+ * aliases fix the recipe (forced >= 0) and mxfp8_linear adds its activation quantizer. K is
+ * required: the decode kernel's row tiles depend on it (decode_row_tiles). */
 static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_request_list *out) {
   static const char *const fields[] = {"recipe", "out", "n", "k", "m", NULL};
   SK_TRY(sk_json_check_fields(j, "caps", fields));
   const cJSON *it;
   const cJSON *rj = cJSON_GetObjectItemCaseSensitive(j, "recipe"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out"),
-              *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *mj = cJSON_GetObjectItemCaseSensitive(j, "m");
+              *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *kj = cJSON_GetObjectItemCaseSensitive(j, "k"),
+              *mj = cJSON_GetObjectItemCaseSensitive(j, "m");
   int r = forced, o = 0;
   bool quantizer = false;
   if (forced >= 0 && rj) return sk_set_error(SK_ERR_MANIFEST, "caps.recipe: this op's recipe is fixed");
@@ -738,14 +747,17 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
   }
   if (!cJSON_IsNumber(nj) || !(nj->valuedouble >= 1 && nj->valuedouble <= 2147483647.0))
     return sk_set_error(SK_ERR_MANIFEST, "caps.n: expected a whole number in [1, 2^31)");
+  if (!cJSON_IsNumber(kj) || !(kj->valuedouble >= 128 && kj->valuedouble <= 1073741824.0) || fmod(kj->valuedouble, 128) != 0)
+    return sk_set_error(SK_ERR_MANIFEST, "caps.k: expected a positive multiple of 128 (the padded K of the weight)");
+  const int64_t k = (int64_t)kj->valuedouble;
   if (!cJSON_IsArray(mj) || !cJSON_GetArraySize(mj)) return sk_set_error(SK_ERR_MANIFEST, "caps.m: expected an array of M values");
   cJSON_ArrayForEach(it, mj) {
     if (!cJSON_IsNumber(it) || !(it->valuedouble >= 1 && it->valuedouble <= 2147483647.0))
       return sk_set_error(SK_ERR_MANIFEST, "caps.m: M values must be whole numbers in [1, 2^31)");
     const int64_t m = (int64_t)it->valuedouble;
     gemm_cfg cfg;
-    if (forced == SK_GEMM_MXFP8) linear_config(o, m, (int64_t)nj->valuedouble, arch, &cfg);
-    else gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, arch, &cfg);
+    if (forced == SK_GEMM_MXFP8) linear_config(o, m, (int64_t)nj->valuedouble, k, arch, &cfg);
+    else gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, k, arch, &cfg);
     quantizer = quantizer || (forced == SK_GEMM_MXFP8 && m > LINEAR_FUSED_MAX_M); /* else quantized in the kernel */
     SK_TRY(add_cfg_request(OP, &cfg, arch, out));
   }
@@ -829,7 +841,7 @@ SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps 
   if (s == SK_OK) s = sk_op_resolve(BFP8_OP, ACTQ_SOURCE, ACTQ_NAME, "cvt=hw", p->arch, &p->quant);
   for (int i = 0; s == SK_OK && i < BFP8_CFGS; i++) {
     if (i > bfp8_regime(caps->max_m)) break;
-    gemm_config(SK_GEMM_BLOCK_FP8, (int)caps->out, bfp8_regime_m[i], caps->n, p->arch, &p->cfg[i]);
+    gemm_config(SK_GEMM_BLOCK_FP8, (int)caps->out, bfp8_regime_m[i], caps->n, caps->k, p->arch, &p->cfg[i]);
     s = resolve_cfg(BFP8_OP, &p->cfg[i], p->arch, &p->kern[i]);
   }
   if (s == SK_OK) {
@@ -949,7 +961,7 @@ static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list
   SK_TRY(sk_request_list_add(out, &q));
   for (int i = 0; i <= bfp8_regime((int64_t)mj->valuedouble); i++) {
     gemm_cfg cfg;
-    gemm_config(SK_GEMM_BLOCK_FP8, o, bfp8_regime_m[i], (int64_t)nj->valuedouble, arch, &cfg);
+    gemm_config(SK_GEMM_BLOCK_FP8, o, bfp8_regime_m[i], (int64_t)nj->valuedouble, (int64_t)kj->valuedouble, arch, &cfg);
     SK_TRY(add_cfg_request(BFP8_OP, &cfg, arch, out));
   }
   return SK_OK;
