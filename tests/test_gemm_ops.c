@@ -105,12 +105,13 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
   char *out = NULL;
   cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
-  /* nvfp4: TOKEN_TILES 1 (M<=8) and 2 (M<=16) = 2 kernels; mxfp8_linear: the fused decode kernel
-   * (M=1, no quantizer launch) + the SM120 kernel and the quantizer (M=2048) */
+  /* nvfp4: TOKEN_TILES 1 (M<=8) and 2 (M<=16) = 2 kernels; mxfp8_linear: the quantizer and mm's
+   * decode kernel (M=1) + the SM120 kernel (M=2048, the same quantizer) */
   cr_assert_eq(tu_json_num(out, "kernels"), 5, "%s", out);
   free(out);
-  /* mxfp8_linear fuses the quantizer up to M = 8 only: M = 8 is the fused kernel, M = 9 the mxfp8
-   * decode kernel (16 tokens) plus the quantizer launch. */
+  /* mxfp8_linear quantizes with the quantization.mxfp8 kernel, then runs mm's decode kernel (8 and
+   * 16 tokens; 16-row tiles on this small layer): the fused kernel is opt-in
+   * (SPARKINFER_GEMM_LINEAR_FUSED=1). */
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
                    "{\"op\":\"gemm.mxfp8_linear\",\"caps\":{\"n\":4096,\"k\":4096,\"m\":[8,9]}}]}");
   char *argv_dry[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--dry-run", "--quiet", NULL};
@@ -118,8 +119,24 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   int listed = 0;
   for (const char *p = out; (p = strstr(p, " sm_120a ")) != NULL; p++) listed++;
   cr_assert_eq(listed, 3, "%s", out);
-  cr_assert(strstr(out, "gemv_decode_mxfp8_bf16<0, 1,") && strstr(out, "gemv_decode<2, 0, 2,") && strstr(out, "mxfp8_rows"),
+  cr_assert(strstr(out, "gemv_decode<2, 0, 1, 4, 1>") && strstr(out, "gemv_decode<2, 0, 2, 4, 1>") && strstr(out, "mxfp8_rows") &&
+                !strstr(out, "gemv_decode_mxfp8_bf16"),
             "%s", out);
+  free(out);
+  /* SPARKINFER_GEMM_LINEAR_FUSED=1: M = 8 is the fused kernel (mm's 16-row geometry), M = 9
+   * quantizer + mm; a malformed value is refused with its name. */
+  char fused_on[] = "SPARKINFER_GEMM_LINEAR_FUSED=1", fused_bad[] = "SPARKINFER_GEMM_LINEAR_FUSED=yes";
+  char *env_on[] = {fused_on, NULL}, *env_bad[] = {fused_bad, NULL};
+  cr_assert_eq(tu_run(argv_dry, env_on, &out), 0, "%s", out);
+  cr_assert(strstr(out, "gemv_decode_mxfp8_bf16<0, 1, 4, 1>") && strstr(out, "gemv_decode<2, 0, 2, 4, 1>") &&
+                !strstr(out, "gemv_decode<2, 0, 1, 4, 1>"),
+            "%s", out);
+  free(out);
+  char cmd_bad[1600];
+  snprintf(cmd_bad, sizeof cmd_bad, "'%s' --manifest '%s' --arch sm_120a --dry-run 2>&1", warm, m);
+  char *sh_bad[] = {"/bin/sh", "-c", cmd_bad, NULL};
+  cr_assert_eq(tu_run(sh_bad, env_bad, &out), 2, "%s", out);
+  cr_assert(strstr(out, "SPARKINFER_GEMM_LINEAR_FUSED=yes: expected 0 or 1"), "%s", out);
   free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
                    "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"fp3\",\"n\":4096,\"k\":4096,\"m\":[1]}}]}");
@@ -345,9 +362,9 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
   }
 }
 
-/* Decode row tiles (decode_row_tiles): 16-row tiles for tensor_fp8 at N <= 16384 (both token
- * tiles), for block_fp8 there at M <= 8 only, for nvfp4 / mxfp4 at N * K <= 2^24 and for nvfp4
- * at M > 8 up to N * K = 2^26; 32-row tiles otherwise. The manifest builder picks exactly those
+/* Decode row tiles (decode_row_tiles): 16-row tiles for every recipe at N * K <= 2^24, for
+ * tensor_fp8 at N <= 16384 (both token tiles), for block_fp8 there at M <= 8 only, for mxfp8 at
+ * M <= 8 and for nvfp4 at M > 8 up to N * K = 2^26; 32-row tiles otherwise. The manifest builder picks exactly those
  * kernels, and tools/manifests/kernels-gemm.json (CI's compile check, the prebuilt caches) lists
  * every one of them. */
 Test(gemm_ops, decode_row_tiles_follow_recipe_shape_and_tokens) {
@@ -355,20 +372,25 @@ Test(gemm_ops, decode_row_tiles_follow_recipe_shape_and_tokens) {
   cr_assert_eq(tu_warm_dry_run("{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":16384,\"k\":4096,\"m\":[1,16]}},"
-                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":2048,\"k\":4096,\"m\":[16],"
+                               "\"out\":\"fp16\"}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp4\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp4\",\"n\":5120,\"k\":2944,\"m\":[1,16],"
                                "\"out\":\"fp32\"}}",
                                "sm_120a", &out),
                0, "%s", out);
-  /* nvfp4 8192 x 4096 (2^25): 32-row tiles at 8 tokens, 16-row at 16; mxfp4 32-row on that shape,
-   * 16-row on 5120 x 2944 (below 2^24). */
+  /* mxfp8 8192 x 4096 (2^25): 16-row tiles at 8 tokens, 32-row at 16; block_fp8 2048 x 4096
+   * (2^23): 16-row at 16 tokens; nvfp4 8192 x 4096: 32-row tiles at 8 tokens, 16-row at 16; mxfp4
+   * 32-row on that shape, 16-row on 5120 x 2944 (below 2^24). */
   static const char *const picked[] = {"gemv_decode<4, 0, 1, 4, 1>", "gemv_decode<4, 0, 2, 4, 1>", "gemv_decode<4, 0, 1, 4, 2>",
-                                       "gemv_decode<3, 0, 1, 4, 1>", "gemv_decode<3, 0, 2, 4, 2>", "gemv_decode<2, 0, 1, 4, 2>",
+                                       "gemv_decode<3, 0, 1, 4, 1>", "gemv_decode<3, 0, 2, 4, 2>", "gemv_decode<2, 0, 1, 4, 1>",
+                                       "gemv_decode<2, 0, 2, 4, 2>", "gemv_decode<3, 1, 2, 4, 1>",
                                        "gemv_decode<0, 0, 1, 4, 2>", "gemv_decode<0, 0, 2, 4, 1>", "gemv_decode<1, 0, 1, 4, 2>",
                                        "gemv_decode<1, 0, 2, 4, 2>", "gemv_decode<1, 2, 1, 4, 1>", "gemv_decode<1, 2, 2, 4, 1>"};
-  static const char *const not_picked[] = {"gemv_decode<3, 0, 2, 4, 1>", "gemv_decode<2, 0, 1, 4, 1>",
+  static const char *const not_picked[] = {"gemv_decode<3, 0, 2, 4, 1>", "gemv_decode<2, 0, 1, 4, 2>",
+                                           "gemv_decode<2, 0, 2, 4, 1>",
                                            "gemv_decode<0, 0, 1, 4, 1>", "gemv_decode<0, 0, 2, 4, 2>",
                                            "gemv_decode<1, 0, 1, 4, 1>", "gemv_decode<1, 0, 2, 4, 1>",
                                            "gemv_decode<1, 2, 1, 4, 2>"};

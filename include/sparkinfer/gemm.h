@@ -90,22 +90,23 @@ SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe recipe, int64_t n, int64_t 
 
 /** gemm.mxfp8_linear: out = (MXFP8-quantized x) x W^T with a packed MXFP8 weight. x bfloat16
  *  [M, K]; w_codes uint8 [N, K]; w_scales swizzled uint8; alpha as mm (NULL = 1); out as mm's c.
- *  M <= 8: one decode launch that quantizes x itself (bitwise equal to quantization.mxfp8 + mm);
- *  the workspace then only holds mm's K-split partials and may be 0 bytes (NULL). M > 8: x is
- *  quantized into `workspace` by the quantization.mxfp8 kernel, then mm runs (measured faster
- *  there). Size:
- *  sk_gemm_mxfp8_linear_workspace_bytes (zeroed once; a larger workspace is fine). */
+ *  x is quantized into `workspace` by the quantization.mxfp8 kernel, then mm runs (two launches).
+ *  With SPARKINFER_GEMM_LINEAR_FUSED=1, M <= 8 is one decode launch that quantizes x itself
+ *  (bitwise equal to the two launches; measured slower on the H200, docs/ops/gemm.md); the
+ *  workspace then only holds mm's K-split partials and may be 0 bytes (NULL). Size:
+ *  sk_gemm_mxfp8_linear_workspace_bytes (zeroed once; a larger workspace is fine; it follows
+ *  that variable, read once per process). */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k);
 /** Errors as sk_gemm_mm, plus SK_ERR_INVALID_ARGUMENT for a missing or short workspace. One
- *  launch (M <= 8) or two (quantize, GEMM) on `stream`; the workspace must not be shared by
+ *  launch (fused, M <= 8) or two (quantize, GEMM) on `stream`; the workspace must not be shared by
  *  concurrent calls. */
 SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
                                       const DLTensor *alpha, const DLTensor *out, void *workspace,
                                       size_t workspace_bytes, void *stream);
 
 /** Resolve (compile or load) every kernel gemm.mxfp8_linear uses for the listed M values, output
- *  dtype (SK_DTYPE_BF16/FP16/FP32), N and K: the fused decode kernel for M <= 8, mm's kernel and
- *  the activation quantizer above. arch NULL = current device. Call before
+ *  dtype (SK_DTYPE_BF16/FP16/FP32), N and K: mm's kernel and the activation quantizer (the fused
+ *  decode kernel for M <= 8 with SPARKINFER_GEMM_LINEAR_FUSED=1). arch NULL = current device. Call before
  *  sk_freeze_kernel_resolution (sk_gemm_prewarm covers mm only). Errors: SK_ERR_INVALID_ARGUMENT
  *  (bad dtype, no or non-positive M values, N < 1, K not a positive multiple of 128, a malformed
  *  SPARKINFER_GEMM_* override), resolution errors (compile failure, SK_ERR_KERNEL_RESOLUTION_FROZEN after a freeze).

@@ -283,13 +283,15 @@ Test(gpu_gemm, mxfp8_linear_matches_quantize_then_reference, .init = setup, .fin
   free(x); free(xc); free(xs); free(wc); free(wsc); free(ref); free(abs_sum); free(got);
 }
 
-/* gemm.mxfp8_linear at M <= 8 quantizes the BF16 tokens inside the decode kernel (the
- * quantization.mxfp8 op's device function on the same 32-element blocks; M 9..16 launches quantize
- * + mm itself, which this also checks end to end): its output must equal
- * the quantization.mxfp8 op + sk_gemm_mm (same workspace rule, hence the same grid) bit for
- * bit, and the double reference on the quantized operands within tolerance. Rows: Gaussian with
- * outliers, an all-zero row, a row with one zero block and one huge outlier. */
-static void check_linear_fused(size_t m, size_t n, size_t k, int o, skref_rng *qr, uint64_t *rng, uint64_t seed) {
+/* gemm.mxfp8_linear (fused: SPARKINFER_GEMM_LINEAR_FUSED=1 in this process) at M <= 8 quantizes
+ * the BF16 tokens inside the decode kernel (the quantization.mxfp8 op's device function on the
+ * same 32-element blocks); otherwise, and at M 9..16, it launches quantize + mm itself, which this
+ * also checks end to end: its output must equal the quantization.mxfp8 op + sk_gemm_mm (same
+ * workspace rule, hence the same grid) bit for bit, and the double reference on the quantized
+ * operands within tolerance. Rows: Gaussian with outliers, an all-zero row, a row with one zero
+ * block and one huge outlier. */
+static void check_linear_fused(bool fused, size_t m, size_t n, size_t k, int o, skref_rng *qr, uint64_t *rng,
+                               uint64_t seed) {
   uint16_t *x = malloc(m * k * 2);
   skref_fill_normal(qr, x, m * k, SKREF_BF16, 1.0f, 0.002, 100.0f);
   if (m > 2) {
@@ -318,9 +320,9 @@ static void check_linear_fused(size_t m, size_t n, size_t k, int o, skref_rng *q
   CUDA_OK(cudaMemset(d1, 0xff, m * n * ob_sz));
   CUDA_OK(cudaMemset(d2, 0xfe, m * n * ob_sz));
   /* Fused path (M <= 8): the linear op's workspace is mm's partials only, maybe 0 bytes.
-   * M 9..16 runs quantize + mm inside the op: the activations are in its workspace too. */
+   * Otherwise it runs quantize + mm inside the op: the activations are in its workspace too. */
   const size_t wsb1 = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k), wsb2 = sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
-  if (m <= 8) cr_assert_eq(wsb1, wsb2, "M <= 8: the linear op needs exactly mm's workspace");
+  if (fused && m <= 8) cr_assert_eq(wsb1, wsb2, "fused, M <= 8: the linear op needs exactly mm's workspace");
   else cr_assert_gt(wsb1, wsb2, "M > 8: the linear op's workspace also holds the quantized activations");
   CUDA_OK(cudaMalloc(&ws1, wsb1 ? wsb1 : 256));
   CUDA_OK(cudaMalloc(&ws2, wsb2 ? wsb2 : 256));
@@ -362,18 +364,33 @@ static void check_linear_fused(size_t m, size_t n, size_t k, int o, skref_rng *q
 }
 
 Test(gpu_gemm, mxfp8_linear_fused_decode_bitwise_equals_quantize_then_mm, .init = setup, .fini = teardown, .timeout = 900) {
+  setenv("SPARKINFER_GEMM_LINEAR_FUSED", "1", 1); /* before the first gemm call of this process */
   uint64_t seed = skref_test_seed("gpu mxfp8_linear fused"), rng = seed;
   skref_rng qr;
   skref_rng_seed(&qr, seed);
   /* Every M; K = 9 steps (uneven warp/split shares, every 32-K block boundary); N not a multiple
    * of the 32-row block. Then real shapes (tiles shared by CTAs), every output type, a 1-step K. */
-  for (size_t m = 1; m <= 16; m++) check_linear_fused(m, 200, 1152, 0, &qr, &rng, seed);
-  check_linear_fused(3, 4096, 7168, 0, &qr, &rng, seed);
-  check_linear_fused(9, 5120, 2944, 0, &qr, &rng, seed);
-  check_linear_fused(16, 4096, 7168, 0, &qr, &rng, seed);
-  check_linear_fused(1, 28672, 4096, 0, &qr, &rng, seed);
-  check_linear_fused(5, 77, 128, 1, &qr, &rng, seed);
-  check_linear_fused(16, 300, 1024, 2, &qr, &rng, seed);
+  for (size_t m = 1; m <= 16; m++) check_linear_fused(true, m, 200, 1152, 0, &qr, &rng, seed);
+  check_linear_fused(true, 3, 4096, 7168, 0, &qr, &rng, seed);
+  check_linear_fused(true, 9, 5120, 2944, 0, &qr, &rng, seed);
+  check_linear_fused(true, 16, 4096, 7168, 0, &qr, &rng, seed);
+  check_linear_fused(true, 1, 28672, 4096, 0, &qr, &rng, seed);
+  check_linear_fused(true, 8, 8192, 4096, 0, &qr, &rng, seed); /* 16-row tiles, split (2^25 weights) */
+  check_linear_fused(true, 5, 77, 128, 1, &qr, &rng, seed);
+  check_linear_fused(true, 16, 300, 1024, 2, &qr, &rng, seed);
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
+/* The default gemm.mxfp8_linear (quantize + mm at every M): the same checks. */
+Test(gpu_gemm, mxfp8_linear_default_bitwise_equals_quantize_then_mm, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mxfp8_linear default"), rng = seed;
+  skref_rng qr;
+  skref_rng_seed(&qr, seed);
+  const size_t ms[] = {1, 2, 3, 8, 9, 16};
+  for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) check_linear_fused(false, ms[i], 200, 1152, 0, &qr, &rng, seed);
+  check_linear_fused(false, 1, 8192, 4096, 0, &qr, &rng, seed);
+  check_linear_fused(false, 4, 28672, 4096, 1, &qr, &rng, seed);
+  check_linear_fused(false, 7, 5120, 2944, 2, &qr, &rng, seed);
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 

@@ -23,10 +23,11 @@
 #define TILED_SOURCE "gemm/mma_tiled.cuh"
 #define SM120_SOURCE "gemm/sm120_blockscaled.cuh"
 #define DECODE_MAX_M 16
-/* gemm.mxfp8_linear quantizes the BF16 tokens inside the decode kernel up to this M, and launches
- * quantize + mm above it. Measured on the H200 (bench/RESULTS.md, fourteenth run): fused at M = 1
- * is within -3%..+7% of the two launches' GPU time and saves a launch; at M = 16 it was 10-37%
- * slower (every CTA re-quantizes the tokens, and the 16-token variant runs 2 CTAs per SM). */
+/* With SPARKINFER_GEMM_LINEAR_FUSED=1, gemm.mxfp8_linear quantizes the BF16 tokens inside the
+ * decode kernel up to this M. Measured on the H200 (bench/RESULTS.md, fourteenth run): at M = 16
+ * the fused kernel was 10-37% slower than quantize + mm (every CTA re-quantizes the tokens, and
+ * the 16-token variant runs 2 CTAs per SM); at M = 1 it is now 7-13% slower too (forty-third run),
+ * hence off by default (linear_fuses). */
 #define LINEAR_FUSED_MAX_M 8
 #define WS_ALIGN 256
 #define MXFP8_QUANT_SOURCE "quantization/mxfp8.cuh"
@@ -118,30 +119,34 @@ static decode_cfg decode_config(void) {
   pthread_once(&decode_env.once, decode_override_load);
   return decode_override;
 }
-/* Weight rows per decode tile are 16 * this: 1 for tensor_fp8 up to N = 16384 and for block_fp8
- * up to N = 16384 at M <= 8 (one token tile); 1 for the FP4 recipes on small layers (N * K <= 2^24
- * weights) and for nvfp4 at M > 8 up to N * K = 2^26; else 2. Measured on the H200
- * (bench/RESULTS.md, thirty-seventh, thirty-eighth and forty-first runs): one row tile is 8-24%
- * faster for tensor_fp8 at M = 1 and 10-21% at M = 16 on 8192x8192, 8192x28672 and 5120x2944 (the
- * resident CTAs get whole 16-row tiles instead of split 32-row ones), and 4-29% for block_fp8 at
- * M = 1; but block_fp8 at M = 16 was 16-41% slower on the large shapes, and 28672x4096 (enough
- * 32-row tiles already) gains nothing. FP4 on 5120x2944: nvfp4 26% faster at M = 1 and 15% at
- * M = 16, mxfp4 10% and 23%; nvfp4 8192x8192 at M = 16 18% faster, but 20% slower at M = 1, and
- * every larger FP4 shape slower (5-40%). mxfp8 stays at 2 (its fused mxfp8_linear kernel, bitwise
- * equal to quantize + mm with the same geometry, was 25-50% slower with 1). A function of recipe,
- * N, K and token tiles only: offline plans and manifests pick the same kernels as a GPU does. */
+/* Weight rows per decode tile are 16 * this. 1 (16-row tiles) on small layers (N * K <= 2^24
+ * weights, every recipe); for tensor_fp8 up to N = 16384; for block_fp8 up to N = 16384 at M <= 8
+ * (one token tile); for mxfp8 at M <= 8; for nvfp4 at M > 8 up to N * K = 2^26. Else 2. Measured
+ * on the H200 (bench/RESULTS.md, thirty-seventh, thirty-eighth, forty-first and forty-third
+ * runs), M = 1 unless stated: 16-row tiles are faster for tensor_fp8 by 8-24% (10-21% at M = 16)
+ * on 8192x8192, 8192x28672 and 5120x2944, where the resident CTAs get whole 16-row tiles instead
+ * of split 32-row ones, but not on 28672x4096 (enough 32-row tiles already); block_fp8 4-29%, but
+ * 16-41% slower at M = 16 on the large shapes; mxfp8 5-9% on every shape at M = 1 and 4, but
+ * 7-35% slower at M = 16 on the large ones; on 5120x2944 at M = 16 every recipe gains (mxfp8 and
+ * block_fp8 -26%, nvfp4 -15%, mxfp4 -23%); nvfp4 8192x8192 at M = 16 -18%, but FP4 at M <= 8 is
+ * 5-40% slower on every larger shape. A function of recipe, N, K and token tiles only: offline
+ * plans and manifests pick the same kernels as a GPU does. */
 #define DECODE_ONE_ROW_TILE_MAX_N 16384
-#define DECODE_FP4_ONE_ROW_TILE_MAX_NK ((int64_t)1 << 24)
+#define DECODE_SMALL_LAYER_MAX_NK ((int64_t)1 << 24)
 #define DECODE_NVFP4_16_TOKENS_ONE_ROW_TILE_MAX_NK ((int64_t)1 << 26)
 static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
   if (d.row_tiles) return d.row_tiles;
-  const bool fp8_one = (r == SK_GEMM_TENSOR_FP8 || (r == SK_GEMM_BLOCK_FP8 && token_tiles == 1)) &&
-                       n <= DECODE_ONE_ROW_TILE_MAX_N;
-  const int64_t fp4_max_nk = r == SK_GEMM_NVFP4 && token_tiles == 2 ? DECODE_NVFP4_16_TOKENS_ONE_ROW_TILE_MAX_NK
-                                                                    : DECODE_FP4_ONE_ROW_TILE_MAX_NK;
-  const bool fp4_one = recipe_fp4(r) && n * k <= fp4_max_nk;
-  return fp8_one || fp4_one ? 1 : 2;
+  if (n * k <= DECODE_SMALL_LAYER_MAX_NK) return 1;
+  bool one = false;
+  switch (r) {
+  case SK_GEMM_TENSOR_FP8: one = n <= DECODE_ONE_ROW_TILE_MAX_N; break;
+  case SK_GEMM_BLOCK_FP8: one = token_tiles == 1 && n <= DECODE_ONE_ROW_TILE_MAX_N; break;
+  case SK_GEMM_MXFP8: one = token_tiles == 1; break;
+  case SK_GEMM_NVFP4: one = token_tiles == 2 && n * k <= DECODE_NVFP4_16_TOKENS_ONE_ROW_TILE_MAX_NK; break;
+  default: break;
+  }
+  return one ? 1 : 2;
 }
 
 /* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
@@ -239,8 +244,35 @@ static void tile_override_load(void) {
   tile_override = t;
 }
 
+/* SPARKINFER_GEMM_LINEAR_FUSED=0|1: whether gemm.mxfp8_linear at M <= LINEAR_FUSED_MAX_M runs the
+ * decode kernel with the activation quantizer fused in (1) or the quantization.mxfp8 kernel and
+ * then mm (0, the default). Both give the same bits (the fused kernel keeps mm's geometry). The
+ * default is measured: on the H200 (bench/RESULTS.md, forty-third run) quantize + mm was 7-13%
+ * faster at M = 1 on 8192x8192, 28672x4096 and 8192x28672 (the fused kernel quantizes the tokens
+ * again for every weight tile, and is 25-50% slower still at mm's 16-row tiles), while the extra
+ * pass over memory is M x K x 3 bytes, under 0.1% of the weight bytes. */
+static int linear_fused_override = 0;
+static env_override linear_fused_env = {PTHREAD_ONCE_INIT, SK_OK, ""};
+
+static void linear_fused_load(void) {
+  const char *v = sk_env_str("SPARKINFER_GEMM_LINEAR_FUSED");
+  if (!v) return;
+  if (strcmp(v, "0") && strcmp(v, "1")) {
+    env_override_refuse(&linear_fused_env, "SPARKINFER_GEMM_LINEAR_FUSED", v, "0 or 1");
+    return;
+  }
+  linear_fused_override = v[0] == '1';
+}
+
+/* gemm.mxfp8_linear at M tokens quantizes its activations inside the decode kernel. */
+static bool linear_fuses(int64_t m) {
+  pthread_once(&linear_fused_env.once, linear_fused_load);
+  return m <= LINEAR_FUSED_MAX_M && linear_fused_override;
+}
+
 static sk_status check_env_overrides(void) {
   SK_TRY(env_override_check(&tile_env, tile_override_load));
+  SK_TRY(env_override_check(&linear_fused_env, linear_fused_load));
   return env_override_check(&decode_env, decode_override_load);
 }
 
@@ -345,16 +377,16 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, int64_t
   }
 }
 
-/* gemm.mxfp8_linear: at M <= LINEAR_FUSED_MAX_M the decode kernel with the activation quantizer fused in
- * (gemv_decode_mxfp8_bf16: BF16 tokens quantized in the warp by quantization.mxfp8's device
- * function; same geometry, grid and MMA order as the mxfp8 decode kernel, so bitwise equal to
- * quantize + mm). Larger M: quantizer launch + the mm kernel gemm_config picks. */
+/* gemm.mxfp8_linear: quantizer launch + the mm kernel gemm_config picks; where linear_fuses(m), the
+ * decode kernel with the activation quantizer fused in instead (gemv_decode_mxfp8_bf16: BF16
+ * tokens quantized in the warp by quantization.mxfp8's device function; same geometry, grid and
+ * MMA order as the mxfp8 decode kernel, so bitwise equal to quantize + mm). */
 static void linear_config(int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c) {
   gemm_config(SK_GEMM_MXFP8, out, m, n, k, arch, c);
-  if (c->path == PATH_DECODE && m <= LINEAR_FUSED_MAX_M) c->path = PATH_FUSED;
+  if (c->path == PATH_DECODE && linear_fuses(m)) c->path = PATH_FUSED;
 }
 
-/* gemm.mxfp8_linear's activation quantizer above LINEAR_FUSED_MAX_M (the quantization.mxfp8
+/* gemm.mxfp8_linear's activation quantizer when not fused (the quantization.mxfp8
  * kernel, the same rule as upstream's quantize_mxfp8_rows); arch NULL = the current device. */
 static sk_kernel_request linear_quantizer_request(const char *arch) {
   return (sk_kernel_request){"gemm.mxfp8_linear", MXFP8_QUANT_SOURCE, MXFP8_QUANT_NAME, "in=bf16 scales=swizzled cvt=hw",
@@ -552,8 +584,8 @@ SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, cons
   return launch(recipe, false, &x, workspace, workspace_bytes, stream);
 }
 
-/* linear: gemm.mxfp8_linear's configurations (fused decode kernel up to LINEAR_FUSED_MAX_M, else
- * mm's plus the quantizer), else mm's for `recipe`. */
+/* linear: gemm.mxfp8_linear's configurations (mm's plus the quantizer, or the fused decode kernel
+ * where linear_fuses), else mm's for `recipe`. */
 static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, sk_dtype out, const int64_t *ms,
                          size_t num_ms, int64_t n, int64_t k, const char *arch) {
   if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: unknown recipe", what);
@@ -572,7 +604,7 @@ static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, s
     gemm_cfg cfg;
     if (linear) linear_config((int)out, ms[i], n, k, arch, &cfg);
     else gemm_config(recipe, (int)out, ms[i], n, k, arch, &cfg);
-    quantizer = quantizer || (linear && ms[i] > LINEAR_FUSED_MAX_M);
+    quantizer = quantizer || (linear && !linear_fuses(ms[i]));
     sk_kernel *kern;
     SK_TRY(resolve_cfg(OP, &cfg, arch, &kern));
   }
@@ -649,11 +681,11 @@ static size_t mxfp8_act_bytes(int64_t m, int64_t k) {
   return (codes + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN + (scales + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
 }
 
-/* M <= LINEAR_FUSED_MAX_M quantizes in the decode kernel: only its K-split partials (0 bytes
- * when it does not split). */
+/* The quantized activations and mm's K-split partials; fused (linear_fuses), the partials only
+ * (0 bytes when it does not split). */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k) {
   if (m < 1 || n < 1 || k < 128 || k % 128) return 0;
-  return (m <= LINEAR_FUSED_MAX_M ? 0 : mxfp8_act_bytes(m, k)) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
+  return (linear_fuses(m) ? 0 : mxfp8_act_bytes(m, k)) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
 }
 
 SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
@@ -672,11 +704,12 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
   if (need && (!workspace || workspace_bytes < need || (uintptr_t)workspace % WS_ALIGN))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         "gemm.mxfp8_linear: workspace must be %zu bytes, 256-byte aligned (%s)", need,
-                        m <= LINEAR_FUSED_MAX_M ? "K-split partials" : "the quantized activations");
+                        linear_fuses(m) ? "K-split partials" : "the quantized activations");
   sk_tensor_spec xs = {"x", SK_DL_BF16, 2, {m, k}, 16};
   void *px;
   SK_TRY(sk_check_tensor("gemm.mxfp8_linear", x, &xs, &px));
-  if (m <= LINEAR_FUSED_MAX_M) {
+  SK_TRY(check_env_overrides());
+  if (linear_fuses(m)) {
     /* Fused: validated as mm with x standing in for the MXFP8 codes and scales (same rows, K and
      * alignment); the kernel reads the BF16 x and never the scales. */
     int64_t cshape[2] = {m, k}, sshape[1] = {(int64_t)sk_swizzled_scale_bytes(m, k / 32)};
@@ -729,6 +762,7 @@ static bool gemm_supported(const char *arch) { return sk_arch_valid(arch) && sk_
 static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_request_list *out) {
   static const char *const fields[] = {"recipe", "out", "n", "k", "m", NULL};
   SK_TRY(sk_json_check_fields(j, "caps", fields));
+  SK_TRY(check_env_overrides()); /* they pick the kernels */
   const cJSON *it;
   const cJSON *rj = cJSON_GetObjectItemCaseSensitive(j, "recipe"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out"),
               *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *kj = cJSON_GetObjectItemCaseSensitive(j, "k"),
@@ -758,7 +792,7 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
     gemm_cfg cfg;
     if (forced == SK_GEMM_MXFP8) linear_config(o, m, (int64_t)nj->valuedouble, k, arch, &cfg);
     else gemm_config((sk_gemm_recipe)r, o, m, (int64_t)nj->valuedouble, k, arch, &cfg);
-    quantizer = quantizer || (forced == SK_GEMM_MXFP8 && m > LINEAR_FUSED_MAX_M); /* else quantized in the kernel */
+    quantizer = quantizer || (forced == SK_GEMM_MXFP8 && !linear_fuses(m)); /* else quantized in the kernel */
     SK_TRY(add_cfg_request(OP, &cfg, arch, out));
   }
   if (quantizer) {
@@ -942,6 +976,7 @@ SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *p, cons
 static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list *out) {
   static const char *const fields[] = {"n", "k", "max_m", "out", NULL};
   SK_TRY(sk_json_check_fields(j, "caps", fields));
+  SK_TRY(check_env_overrides());
   const cJSON *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *kj = cJSON_GetObjectItemCaseSensitive(j, "k"),
               *mj = cJSON_GetObjectItemCaseSensitive(j, "max_m"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out");
   if (!cJSON_IsNumber(nj) || !(nj->valuedouble >= 1 && nj->valuedouble < 2147483648.0))
