@@ -116,6 +116,21 @@ SK_DEVICE void nvfp4_fill_eff_table(float (&eff_of_scale)[256], float gs) {
   }
 }
 
+// Reads of the eff table through its shared-memory address, kept in one register: with plain
+// array indexing the compiler rebuilt the generic-to-shared window base (S2R, MOV, LEA) for every
+// chunk. Volatile loads: they stay after the barrier that publishes the table.
+struct EffTable {
+  u32 base;
+  SK_DEVICE explicit EffTable(const float* table) : base(u32(__cvta_generic_to_shared(table))) {
+    asm volatile("" : "+r"(base));
+  }
+  SK_DEVICE float operator[](u32 scale) const {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(base + scale * 4u));
+    return v;
+  }
+};
+
 // Eight values of one block -> eight E2M1 codes (v[i] in bits 4i+3..4i), -0 stored as +0.
 // Hardware cvt.e2m1x2 where the target has it, else the exact fast software encoder
 // (common/e2m1_fast.cuh); the two are bit-identical (tests/test_quant_emulation.c).
@@ -243,8 +258,7 @@ SK_DEVICE u32 nvfp4_encode_signed_by_input(const float (&v)[8], const uint4& raw
 // eff == 0 needs no special case in the first two: x is finite, so every q is +-0 and encodes
 // as 0. All are bit-exact to the reference (tests/test_quant_emulation.c).
 template <typename T, int CVT>
-SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, Nvfp4ScaleRule rule,
-                                          const float (&eff_of_scale)[256]) {
+SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, Nvfp4ScaleRule rule, const EffTable& eff_of_scale) {
   float v[8];
   widen8<T>(raw, v);
   u32 scale, packed;
@@ -336,12 +350,13 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     const Nvfp4ScaleRule rule = nvfp4_scale_rule(gs);
     nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
+    const EffTable eff(eff_of_scale);
     while (more) {
       u32 scales = 0;  // byte j: chunk j's; 0 for padding (a zero chunk's scale is not 0 for every gs)
 #pragma unroll
       for (int j = 0; j < kQuantChunksPerThread; j++) {
         if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
-          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], rule, eff_of_scale);
+          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], rule, eff);
           walk.store_values(j, q.packed);
           if (walk.exists(j)) scales |= q.scale << (8 * j);
         }
@@ -373,10 +388,11 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     const Nvfp4ScaleRule rule = nvfp4_scale_rule(gs);
     nvfp4_fill_eff_table<CVT>(eff_of_scale, gs);
     __syncthreads();
+    const EffTable eff(eff_of_scale);
 #pragma unroll
     for (int r = 0; r < kInCtaCachedChunks; r++) {
       const i64 c = threadIdx.x + i64(r) * blockDim.x;
-      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(cached[r], rule, eff_of_scale);
+      const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(cached[r], rule, eff);
       if (c < chunks)
         nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
@@ -385,8 +401,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       const i64 c = base + threadIdx.x;
       const bool valid = c < chunks;
       const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(
-          valid ? load_chunk(x, ld_x, chunk_coord(c, cpr)) : make_uint4(0u, 0u, 0u, 0u), rule,
-          eff_of_scale);
+          valid ? load_chunk(x, ld_x, chunk_coord(c, cpr)) : make_uint4(0u, 0u, 0u, 0u), rule, eff);
       if (valid) nvfp4_store_chunk_at<LAYOUT>(u32(c), u32(cpr), q, values, scales_swizzled, scales_rows);
     }
     // Byte stores above: the padding needs its own pass here (one CTA).
