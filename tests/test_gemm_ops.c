@@ -362,6 +362,36 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
   }
 }
 
+/* gemm.mxfp8_linear's workspace: by default (quantize + mm) the MXFP8 activations (codes and
+ * swizzled scales, each rounded up to 256 bytes) before mm's workspace, at every M. */
+static size_t linear_act_bytes(int64_t m, int64_t k) {
+  const size_t codes = (size_t)(m * k), scales = sk_swizzled_scale_bytes(m, k / 32);
+  return (codes + 255) / 256 * 256 + (scales + 255) / 256 * 256;
+}
+
+Test(gemm_ops, mxfp8_linear_workspace_holds_the_activations) {
+  const int64_t shapes[][2] = {{8192, 8192}, {200, 1152}, {28672, 4096}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    for (int64_t m = 1; m <= 16; m++) {
+      const int64_t n = shapes[i][0], k = shapes[i][1];
+      cr_assert_eq(sk_gemm_mxfp8_linear_workspace_bytes(m, n, k),
+                   linear_act_bytes(m, k) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k), "M %lld, %lld x %lld",
+                   (long long)m, (long long)n, (long long)k);
+    }
+  cr_assert_eq(sk_gemm_mxfp8_linear_workspace_bytes(1, 4096, 4000), 0u, "K not a multiple of 128");
+}
+
+/* SPARKINFER_GEMM_LINEAR_FUSED=1 (read once per process; Criterion runs each test in its own):
+ * M <= 8 quantizes inside the decode kernel and needs exactly mm's workspace; M > 8 as before. */
+Test(gemm_ops, mxfp8_linear_workspace_when_fused) {
+  setenv("SPARKINFER_GEMM_LINEAR_FUSED", "1", 1);
+  for (int64_t m = 1; m <= 16; m++) {
+    const size_t mm = sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, 8192, 8192);
+    cr_assert_eq(sk_gemm_mxfp8_linear_workspace_bytes(m, 8192, 8192), m <= 8 ? mm : linear_act_bytes(m, 8192) + mm,
+                 "M %lld", (long long)m);
+  }
+}
+
 /* Decode row tiles (decode_row_tiles): 16-row tiles for every recipe at N * K <= 2^24, for
  * tensor_fp8 at N <= 16384 (both token tiles), for block_fp8 there at M <= 8 only, for mxfp8 at
  * M <= 8 and for nvfp4 at M > 8 up to N * K = 2^26; 32-row tiles otherwise. The manifest builder picks exactly those

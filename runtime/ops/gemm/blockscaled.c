@@ -691,6 +691,7 @@ SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t
 SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes, const DLTensor *w_scales,
                                       const DLTensor *alpha, const DLTensor *out, void *workspace, size_t workspace_bytes,
                                       void *stream) {
+  SK_TRY(check_env_overrides()); /* SPARKINFER_GEMM_LINEAR_FUSED sets the workspace below */
   if (!x || x->ndim != 2 || !x->shape)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "gemm.mxfp8_linear: x must be bfloat16 [M, K]");
   const int64_t m = x->shape[0], k = x->shape[1];
@@ -708,7 +709,6 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
   sk_tensor_spec xs = {"x", SK_DL_BF16, 2, {m, k}, 16};
   void *px;
   SK_TRY(sk_check_tensor("gemm.mxfp8_linear", x, &xs, &px));
-  SK_TRY(check_env_overrides());
   if (linear_fuses(m)) {
     /* Fused: validated as mm with x standing in for the MXFP8 codes and scales (same rows, K and
      * alignment); the kernel reads the BF16 x and never the scales. */
