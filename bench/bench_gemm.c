@@ -131,12 +131,20 @@ static void bench_host_overhead(cudaStream_t s, uint64_t *rng, bench_json *json)
   int64_t as[2] = {m, k}, bsh[2] = {n, k}, cs[2] = {m, n};
   DLDataType u8 = {kDLUInt, 8, 1}, bf = {kDLBfloat, 16, 1};
   DLTensor ta = tu_device_tensor(a, u8, 2, as), tb = tu_device_tensor(b, u8, 2, bsh), tc = tu_device_tensor(c, bf, 2, cs);
-  /* The kernel sk_gemm_mm launches here (docs/ops/gemm.md: decode, 8 tokens, 4 warps, one row
-   * tile for tensor_fp8 at N <= 16384: 128 / 16 = 8 CTAs of whole tiles, K = 128 is one step). */
-  const sk_kernel_request req = {"bench", "gemm/gemv_decode.cuh", "sk::gemm::gemv_decode<4, 0, 1, 4, 1>",
-                                 "recipe=tensor_fp8 out=bf16 decode tokens<=8", NULL, NULL, 0, 0};
-  sk_kernel *kern;
-  if (sk_kernel_resolve(&req, &kern) != SK_OK || sk_gemm_mm(SK_GEMM_TENSOR_FP8, &ta, NULL, &tb, NULL, NULL, &tc, NULL, 0, s)) {
+  /* The kernel and grid sk_gemm_mm launches here, as mm picks them (a decode kernel; K = 128 is one
+   * step, so no tile is split and no workspace is used). */
+  sk_gemm_launch_info info;
+  sk_kernel *kern = NULL;
+  sk_status st = sk_gemm_describe(SK_GEMM_TENSOR_FP8, SK_DTYPE_BF16, m, n, k, NULL, &info);
+  if (st == SK_OK && info.workspace_bytes != 0) {
+    printf("host overhead: error: expected no workspace at K = 128\n");
+    return;
+  }
+  if (st == SK_OK) {
+    const sk_kernel_request req = {"gemm.blockscaled", info.source, info.name, info.params, NULL, NULL, 0, 0};
+    st = sk_kernel_resolve(&req, &kern);
+  }
+  if (st != SK_OK || sk_gemm_mm(SK_GEMM_TENSOR_FP8, &ta, NULL, &tb, NULL, NULL, &tc, NULL, 0, s)) {
     printf("host overhead: error: %s\n", sk_last_error_message());
     return;
   }
@@ -150,7 +158,7 @@ static void bench_host_overhead(cudaStream_t s, uint64_t *rng, bench_json *json)
   for (int rep = 0; rep < 21; rep++) {
     const double t0 = sk_now_seconds();
     for (int i = 0; i < calls; i++) /* launched as sk_gemm_mm launches it (overlapped with the previous kernel) */
-      sk_kernel_launch_ex(kern, (sk_dim3){8, 1, 1}, (sk_dim3){128, 1, 1}, 0, s, args, SK_LAUNCH_OVERLAP_PREVIOUS);
+      sk_kernel_launch_ex(kern, info.grid, info.block, info.smem_bytes, s, args, SK_LAUNCH_OVERLAP_PREVIOUS);
     const double t1 = sk_now_seconds();
     for (int i = 0; i < calls; i++) sk_gemm_mm(SK_GEMM_TENSOR_FP8, &ta, NULL, &tb, NULL, NULL, &tc, NULL, 0, s);
     const double t2 = sk_now_seconds();
@@ -161,7 +169,7 @@ static void bench_host_overhead(cudaStream_t s, uint64_t *rng, bench_json *json)
   CK(cudaGetLastError());
   qsort(raw, 21, sizeof(double), bench_cmp_double);
   qsort(mm, 21, sizeof(double), bench_cmp_double);
-  printf("\n| host time per call (tensor_fp8, M = 1, 128x128) | us |\n|---|---|\n");
+  printf("\n| host time per call (tensor_fp8, M = 1, 128x128: %s, %u CTAs) | us |\n|---|---|\n", info.name, info.grid.x);
   printf("| sk_kernel_launch_ex of the decode kernel | %.3f |\n| sk_gemm_mm | %.3f |\n| sk_gemm_mm overhead | %.3f |\n",
          raw[10], mm[10], mm[10] - raw[10]);
   bench_json_row(json, "{\"host_launch_us\":%.3f,\"host_mm_us\":%.3f}", raw[10], mm[10]);

@@ -362,6 +362,52 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
   }
 }
 
+/* sk_gemm_describe names the kernel mm launches: the same one the manifest builder lists for
+ * those caps, with mm's geometry; bad arguments are refused with a message. No GPU here: the
+ * grids assume 128 SMs. */
+Test(gemm_ops, describe_names_what_mm_launches) {
+  sk_gemm_launch_info info;
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_TENSOR_FP8, SK_DTYPE_BF16, 1, 128, 128, "sm_120a", &info), SK_OK, "%s",
+               sk_last_error_message());
+  cr_assert_str_eq(info.source, "gemm/gemv_decode.cuh");
+  cr_assert_str_eq(info.name, "sk::gemm::gemv_decode<4, 0, 1, 4, 1>");
+  cr_assert_eq(info.grid.x, 8u, "128 rows in 16-row tiles, one 128-K step each: 8 CTAs");
+  cr_assert(info.block.x == 128 && info.smem_bytes == 0 && info.workspace_bytes == 0 && info.sm_count == 128);
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, SK_DTYPE_FP16, 4096, 8192, 8192, "sm_90a", &info), SK_OK);
+  cr_assert_str_eq(info.source, "gemm/mma_tiled.cuh");
+  cr_assert(info.smem_bytes > 0 && info.grid.x * info.grid.y >= 128, "tiles cover C: %u x %u", info.grid.x, info.grid.y);
+  /* The manifest builder requests the same names. */
+  static const char *const archs[] = {"sm_90a", "sm_120a"};
+  static const char *const recipes[] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
+  static const int64_t shapes[][2] = {{5120, 2944}, {8192, 8192}, {28672, 4096}};
+  for (int a = 0; a < 2; a++)
+    for (int r = 0; r < 5; r++)
+      for (int sh = 0; sh < 3; sh++) {
+        char caps[256], *out = NULL;
+        snprintf(caps, sizeof caps,
+                 "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":[1,16,2048]}}",
+                 recipes[r], (long long)shapes[sh][0], (long long)shapes[sh][1]);
+        cr_assert_eq(tu_warm_dry_run(caps, archs[a], &out), 0, "%s", out);
+        const int64_t ms[] = {1, 16, 2048};
+        for (int i = 0; i < 3; i++) {
+          cr_assert_eq(sk_gemm_describe((sk_gemm_recipe)r, SK_DTYPE_BF16, ms[i], shapes[sh][0], shapes[sh][1], archs[a], &info),
+                       SK_OK, "%s", sk_last_error_message());
+          cr_assert(strstr(out, info.name), "%s %s M %lld: describe says %s, the manifest builder:\n%s", archs[a],
+                    recipes[r], (long long)ms[i], info.name, out);
+        }
+        free(out);
+      }
+  /* Refusals. */
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, SK_DTYPE_BF16, 1, 128, 128, "sm_120a", NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_describe((sk_gemm_recipe)7, SK_DTYPE_BF16, 1, 128, 128, "sm_120a", &info), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, (sk_dtype)3, 1, 128, 128, "sm_120a", &info), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, SK_DTYPE_BF16, 0, 128, 128, "sm_120a", &info), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, SK_DTYPE_BF16, 1, 128, 100, "sm_120a", &info), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "K = 100"), "%s", sk_last_error_message());
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, SK_DTYPE_BF16, 1, 128, 128, "sm120", &info), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "sm120"), "%s", sk_last_error_message());
+}
+
 /* gemm.mxfp8_linear's workspace: by default (quantize + mm) the MXFP8 activations (codes and
  * swizzled scales, each rounded up to 256 bytes) before mm's workspace, at every M. */
 static size_t linear_act_bytes(int64_t m, int64_t k) {

@@ -27,6 +27,7 @@
 #ifndef SPARKINFER_GEMM_H
 #define SPARKINFER_GEMM_H
 
+#include "jit.h"
 #include "op.h"
 
 #ifdef __cplusplus
@@ -48,6 +49,32 @@ SK_API int sk_gemm_is_supported(sk_gemm_recipe recipe, const char *arch);
  *  caller allocates it (256-byte aligned), zeroes it ONCE (cudaMemset 0), and may then reuse it
  *  for any later call with the same or smaller M*N: every launch leaves its counters at zero. */
 SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k);
+
+/** What sk_gemm_mm launches for one problem shape (sk_gemm_describe). */
+typedef struct sk_gemm_launch_info {
+  char source[64];        /**< kernel source, relative to kernel_src/ (e.g. "gemm/gemv_decode.cuh") */
+  char name[160];         /**< name expression, as in compile logs and `sk-warm --dry-run` */
+  char params[128];       /**< the kernel request's params string */
+  sk_dim3 grid, block;    /**< launch geometry */
+  unsigned smem_bytes;    /**< dynamic shared memory per block */
+  size_t workspace_bytes; /**< sk_gemm_workspace_bytes for this shape; the grid assumes it is given */
+  int sm_count;           /**< SMs the grid is sized for: the current device's, or 128 without one */
+} sk_gemm_launch_info;
+
+/** Describe the kernel and launch geometry sk_gemm_mm picks for recipe, output type `out`
+ *  (SK_DTYPE_BF16/FP16/FP32), M x N x K and `arch` (NULL = the current device), with the
+ *  SPARKINFER_GEMM_* overrides applied: for tools, benchmarks and tests that must launch or
+ *  prebuild exactly what mm would. Host only: resolves, compiles and launches nothing; with an
+ *  explicit arch it needs no GPU (the decode and tiled grids then assume 128 SMs unless a device is
+ *  present). Resolve the kernel with sk_kernel_resolve({op, info.source, info.name, info.params,
+ *  arch}) to get the very cubin mm uses.
+ *  @param info  filled on success (caller-owned)
+ *  @return SK_OK; SK_ERR_INVALID_ARGUMENT for a bad recipe, output type, shape (M, N < 1, K not a
+ *          positive multiple of 128), arch or NULL info, or a malformed SPARKINFER_GEMM_* variable;
+ *          device errors when arch is NULL and there is no usable GPU.
+ *  Thread safety: any thread. */
+SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m, int64_t n, int64_t k,
+                                  const char *arch, sk_gemm_launch_info *info);
 
 /** C = alpha * A x B^T.
  *  @param a_codes   uint8 [M, K/2] (FP4) or [M, K] (FP8)

@@ -616,6 +616,36 @@ static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, s
   return SK_OK;
 }
 
+SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m, int64_t n, int64_t k,
+                                  const char *arch, sk_gemm_launch_info *info) {
+  if (!info) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: info is NULL");
+  if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: unknown recipe");
+  if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: bad out dtype");
+  if (m < 1 || n < 1 || n > INT32_MAX || m > INT32_MAX || k < 128 || k % 128 || k > ((int64_t)1 << 30))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: M = %lld, N = %lld, K = %lld: need M, N >= 1 and K a positive "
+                        "multiple of 128", (long long)m, (long long)n, (long long)k);
+  SK_TRY(check_env_overrides());
+  char buf[SK_MAX_ARCH];
+  if (!arch) {
+    SK_TRY(sk_device_arch(-1, buf, sizeof buf));
+    arch = buf;
+  } else if (!sk_arch_valid(arch)) {
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: \"%s\" is not an arch like sm_120a", arch);
+  }
+  gemm_cfg cfg;
+  gemm_config(recipe, (int)out, m, n, k, arch, &cfg);
+  memset(info, 0, sizeof *info);
+  cfg_strings(&cfg, info->name, info->params);
+  snprintf(info->source, sizeof info->source, "%s", path_sources[cfg.path]);
+  info->grid = cfg.grid;
+  if (path_is_decode(cfg.path)) info->grid.x = (unsigned)decode_schedule(recipe, m <= 8 ? 1 : 2, n, k).ctas;
+  info->block = cfg.block;
+  info->smem_bytes = cfg.smem;
+  info->workspace_bytes = sk_gemm_workspace_bytes(recipe, m, n, k);
+  info->sm_count = sm_count();
+  return SK_OK;
+}
+
 SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
                                  int64_t k, const char *arch) {
   return prewarm(OP, recipe, false, out, ms, num_ms, n, k, arch);
