@@ -584,23 +584,35 @@ SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, cons
   return launch(recipe, false, &x, workspace, workspace_bytes, stream);
 }
 
+/* The checks shared by prewarm and describe (`what` names the call in messages): recipe, output
+ * type, N, K and the overrides; *arch NULL becomes the current device's (written to buf). */
+static sk_status check_problem(const char *what, sk_gemm_recipe recipe, sk_dtype out, int64_t n, int64_t k,
+                               const char **arch, char buf[SK_MAX_ARCH]) {
+  if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: unknown recipe", what);
+  if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: bad out dtype", what);
+  if (n < 1 || n > INT32_MAX || k < 128 || k % 128 || k > ((int64_t)1 << 30))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: N = %lld, K = %lld: need N >= 1 and K a positive multiple of 128",
+                        what, (long long)n, (long long)k);
+  SK_TRY(check_env_overrides());
+  if (!*arch) {
+    SK_TRY(sk_device_arch(-1, buf, SK_MAX_ARCH));
+    *arch = buf;
+  } else if (!sk_arch_valid(*arch)) {
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: \"%s\" is not an arch like sm_120a", what, *arch);
+  }
+  return SK_OK;
+}
+
 /* linear: gemm.mxfp8_linear's configurations (mm's plus the quantizer, or the fused decode kernel
  * where linear_fuses), else mm's for `recipe`. */
 static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, sk_dtype out, const int64_t *ms,
                          size_t num_ms, int64_t n, int64_t k, const char *arch) {
-  if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: unknown recipe", what);
-  if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: bad out dtype", what);
-  if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: no M values", what);
-  if (n < 1 || k < 128 || k % 128) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: bad N or K", what);
-  SK_TRY(check_env_overrides());
   char buf[SK_MAX_ARCH];
-  if (!arch) {
-    SK_TRY(sk_device_arch(-1, buf, sizeof buf));
-    arch = buf;
-  }
+  SK_TRY(check_problem(what, recipe, out, n, k, &arch, buf));
+  if (!ms || !num_ms) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: no M values", what);
   bool quantizer = false;
   for (size_t i = 0; i < num_ms; i++) {
-    if (ms[i] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s prewarm: M values must be >= 1", what);
+    if (ms[i] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: M values must be >= 1", what);
     gemm_cfg cfg;
     if (linear) linear_config((int)out, ms[i], n, k, arch, &cfg);
     else gemm_config(recipe, (int)out, ms[i], n, k, arch, &cfg);
@@ -619,19 +631,9 @@ static sk_status prewarm(const char *what, sk_gemm_recipe recipe, bool linear, s
 SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m, int64_t n, int64_t k,
                                   const char *arch, sk_gemm_launch_info *info) {
   if (!info) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: info is NULL");
-  if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: unknown recipe");
-  if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: bad out dtype");
-  if (m < 1 || n < 1 || n > INT32_MAX || m > INT32_MAX || k < 128 || k % 128 || k > ((int64_t)1 << 30))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: M = %lld, N = %lld, K = %lld: need M, N >= 1 and K a positive "
-                        "multiple of 128", (long long)m, (long long)n, (long long)k);
-  SK_TRY(check_env_overrides());
   char buf[SK_MAX_ARCH];
-  if (!arch) {
-    SK_TRY(sk_device_arch(-1, buf, sizeof buf));
-    arch = buf;
-  } else if (!sk_arch_valid(arch)) {
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: \"%s\" is not an arch like sm_120a", arch);
-  }
+  SK_TRY(check_problem(OP " describe", recipe, out, n, k, &arch, buf));
+  if (m < 1 || m > INT32_MAX) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP " describe: M = %lld: need 1..2^31-1", (long long)m);
   gemm_cfg cfg;
   gemm_config(recipe, (int)out, m, n, k, arch, &cfg);
   memset(info, 0, sizeof *info);
@@ -648,12 +650,12 @@ SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m
 
 SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
                                  int64_t k, const char *arch) {
-  return prewarm(OP, recipe, false, out, ms, num_ms, n, k, arch);
+  return prewarm(OP " prewarm", recipe, false, out, ms, num_ms, n, k, arch);
 }
 
 SK_API sk_status sk_gemm_mxfp8_linear_prewarm(sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n, int64_t k,
                                               const char *arch) {
-  return prewarm("gemm.mxfp8_linear", SK_GEMM_MXFP8, true, out, ms, num_ms, n, k, arch);
+  return prewarm("gemm.mxfp8_linear prewarm", SK_GEMM_MXFP8, true, out, ms, num_ms, n, k, arch);
 }
 
 /* ---- pack_weight ----------------------------------------------------------------------------- */
