@@ -15,3 +15,8 @@ typedef unsigned long long u64;
 
 #define SK_DEVICE __device__ __forceinline__
 #define SK_HOST_DEVICE __host__ __device__ __forceinline__
+
+namespace sk {
+// The shared-window address of a pointer into shared memory (ld/st.shared, ldmatrix, cp.async).
+SK_DEVICE u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+}  // namespace sk

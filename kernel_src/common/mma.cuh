@@ -83,8 +83,6 @@ SK_DEVICE void mma_nvf4_m16n8k64(float (&d)[4], const u32 (&a)[4], const u32 (&b
 
 // ---- ldmatrix / cp.async ----------------------------------------------------------------------
 
-SK_DEVICE u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
 // Four 8x8 b16 matrices; lane i supplies the row address of matrix i/8, row i%8.
 SK_DEVICE void ldmatrix_x4(u32 (&r)[4], const void* row_ptr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

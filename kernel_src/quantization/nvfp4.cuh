@@ -121,7 +121,7 @@ SK_DEVICE void nvfp4_fill_eff_table(float (&eff_of_scale)[256], float gs) {
 // chunk. Volatile loads: they stay after the barrier that publishes the table.
 struct EffTable {
   u32 base;
-  SK_DEVICE explicit EffTable(const float* table) : base(u32(__cvta_generic_to_shared(table))) {
+  SK_DEVICE explicit EffTable(const float* table) : base(smem_addr(table)) {
     asm volatile("" : "+r"(base));
   }
   SK_DEVICE float operator[](u32 scale) const {
