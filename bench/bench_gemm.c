@@ -70,8 +70,9 @@ static int linear_call(void *ctx, cudaStream_t s) {
   return sk_gemm_mxfp8_linear(l->x, &l->w[i], &l->ws[i], NULL, l->c, l->work, l->wsb, s) != SK_OK;
 }
 
-/* gemm.mxfp8_linear (BF16 activations quantized inside the op) at decode sizes: one fused launch
- * for M <= 16. Bytes = BF16 activations + weight codes + scales + output. */
+/* gemm.mxfp8_linear (BF16 activations quantized inside the op) at decode sizes: by default the
+ * quantizer launch + mm (SPARKINFER_GEMM_LINEAR_FUSED=1: one fused launch for M <= 8). Bytes = BF16
+ * activations + weight codes + scales + output. */
 static void bench_mxfp8_linear(cudaStream_t s, uint64_t *rng, bench_json *json) {
   const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}};
   const int64_t ms[] = {1, 16};
