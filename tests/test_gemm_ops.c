@@ -93,6 +93,14 @@ Test(gemm_ops, mm_rejects_bad_inputs_with_a_message) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_NVFP4, 17, 4096, 4096), 0u, "no split-K beyond the decode regime");
 }
 
+/* sk-warm --dry-run of `manifest` for sm_120a with stderr in *out too (where refusals are). */
+static int warm_dry_run_all_output(const char *warm, const char *manifest, char *const env[], char **out) {
+  char cmd[1600];
+  snprintf(cmd, sizeof cmd, "'%s' --manifest '%s' --arch sm_120a --dry-run 2>&1", warm, manifest);
+  char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+  return tu_run(sh, env, out);
+}
+
 Test(gemm_ops, sk_warm_builds_gemm_entries) {
   char *dir = tu_tempdir("gemmwarm");
   char m[600], cache[700], warm[512];
@@ -132,10 +140,7 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
                 !strstr(out, "gemv_decode<2, 0, 1, 4, 1>"),
             "%s", out);
   free(out);
-  char cmd_bad[1600];
-  snprintf(cmd_bad, sizeof cmd_bad, "'%s' --manifest '%s' --arch sm_120a --dry-run 2>&1", warm, m);
-  char *sh_bad[] = {"/bin/sh", "-c", cmd_bad, NULL};
-  cr_assert_eq(tu_run(sh_bad, env_bad, &out), 2, "%s", out);
+  cr_assert_eq(warm_dry_run_all_output(warm, m, env_bad, &out), 2, "%s", out);
   cr_assert(strstr(out, "SPARKINFER_GEMM_LINEAR_FUSED=yes: expected 0 or 1"), "%s", out);
   free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
@@ -154,10 +159,7 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
              "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":4096%s,\"m\":[1]}}]}",
              bad_k[i]);
     tu_write_file(m, text);
-    char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%s' --manifest '%s' --arch sm_120a --dry-run 2>&1", warm, m); /* the error is on stderr */
-    char *sh[] = {"/bin/sh", "-c", cmd, NULL};
-    cr_assert_eq(tu_run(sh, NULL, &out), 2, "k case %zu", i);
+    cr_assert_eq(warm_dry_run_all_output(warm, m, NULL, &out), 2, "k case %zu", i);
     cr_assert(strstr(out, "caps.k: expected a positive multiple of 128"), "k case %zu: %s", i, out);
     free(out);
   }
