@@ -133,7 +133,7 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   free(out);
   /* SPARKINFER_GEMM_LINEAR_FUSED=1: M = 8 is the fused kernel (mm's 16-row geometry), M = 9
    * quantizer + mm; a malformed value is refused with its name. */
-  char fused_on[] = "SPARKINFER_GEMM_LINEAR_FUSED=1", fused_bad[] = "SPARKINFER_GEMM_LINEAR_FUSED=yes";
+  char fused_on[] = "SPARKINFER_GEMM_LINEAR_FUSED=1", fused_bad[] = "SPARKINFER_GEMM_LINEAR_FUSED=maybe";
   char *env_on[] = {fused_on, NULL}, *env_bad[] = {fused_bad, NULL};
   cr_assert_eq(tu_run(argv_dry, env_on, &out), 0, "%s", out);
   cr_assert(strstr(out, "gemv_decode_mxfp8_bf16<0, 1, 4, 1>") && strstr(out, "gemv_decode<2, 0, 2, 4, 1>") &&
@@ -141,7 +141,7 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
             "%s", out);
   free(out);
   cr_assert_eq(warm_dry_run_all_output(warm, m, env_bad, &out), 2, "%s", out);
-  cr_assert(strstr(out, "SPARKINFER_GEMM_LINEAR_FUSED=yes: expected 0 or 1"), "%s", out);
+  cr_assert(strstr(out, "SPARKINFER_GEMM_LINEAR_FUSED=maybe: expected 0..9, true or false"), "%s", out);
   free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
                    "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"fp3\",\"n\":4096,\"k\":4096,\"m\":[1]}}]}");

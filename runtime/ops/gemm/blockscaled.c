@@ -244,7 +244,7 @@ static void tile_override_load(void) {
   tile_override = t;
 }
 
-/* SPARKINFER_GEMM_LINEAR_FUSED=0|1: whether gemm.mxfp8_linear at M <= LINEAR_FUSED_MAX_M runs the
+/* SPARKINFER_GEMM_LINEAR_FUSED (a flag: 0/1, true/false, ...): whether gemm.mxfp8_linear at M <= LINEAR_FUSED_MAX_M runs the
  * decode kernel with the activation quantizer fused in (1) or the quantization.mxfp8 kernel and
  * then mm (0, the default). Both give the same bits (the fused kernel keeps mm's geometry). The
  * default is measured: on the H200 (bench/RESULTS.md, forty-third run) quantize + mm was 7-13%
@@ -255,13 +255,10 @@ static int linear_fused_override = 0;
 static env_override linear_fused_env = {PTHREAD_ONCE_INIT, SK_OK, ""};
 
 static void linear_fused_load(void) {
-  const char *v = sk_env_str("SPARKINFER_GEMM_LINEAR_FUSED");
-  if (!v) return;
-  if (strcmp(v, "0") && strcmp(v, "1")) {
-    env_override_refuse(&linear_fused_env, "SPARKINFER_GEMM_LINEAR_FUSED", v, "0 or 1");
-    return;
-  }
-  linear_fused_override = v[0] == '1';
+  if (sk_env_flag("SPARKINFER_GEMM_LINEAR_FUSED", 0, &linear_fused_override) == SK_OK) return;
+  linear_fused_override = 0;
+  linear_fused_env.status = SK_ERR_INVALID_ARGUMENT; /* the spine's message, remembered for every later call */
+  snprintf(linear_fused_env.message, sizeof linear_fused_env.message, "%s", sk_last_error_message());
 }
 
 /* gemm.mxfp8_linear at M tokens quantizes its activations inside the decode kernel. */
