@@ -95,7 +95,10 @@ SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, cons
 
 /** Resolve (compile or load) every kernel configuration mm uses for the listed M values with
  *  this recipe, output dtype (SK_DTYPE_BF16/FP16/FP32), N and K. arch NULL = current device.
- *  Call before sk_freeze_kernel_resolution. */
+ *  Call before sk_freeze_kernel_resolution. Errors: SK_ERR_INVALID_ARGUMENT (bad recipe or
+ *  dtype, no or non-positive M values, N < 1, K not a positive multiple of 128, a malformed arch
+ *  string or SPARKINFER_GEMM_* override), resolution errors (compile failure,
+ *  SK_ERR_KERNEL_RESOLUTION_FROZEN after a freeze). Thread safety: any thread. */
 SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
                                  int64_t k, const char *arch);
 
@@ -136,7 +139,7 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
  *  decode kernel for M <= 8 with SPARKINFER_GEMM_LINEAR_FUSED=1). arch NULL = current device. Call before
  *  sk_freeze_kernel_resolution (sk_gemm_prewarm covers mm only). Errors: SK_ERR_INVALID_ARGUMENT
  *  (bad dtype, no or non-positive M values, N < 1, K not a positive multiple of 128, a malformed
- *  SPARKINFER_GEMM_* override), resolution errors (compile failure, SK_ERR_KERNEL_RESOLUTION_FROZEN after a freeze).
+ *  arch string or SPARKINFER_GEMM_* override), resolution errors (compile failure, SK_ERR_KERNEL_RESOLUTION_FROZEN after a freeze).
  *  Thread safety: any thread; concurrent calls share single-flight compiles. */
 SK_API sk_status sk_gemm_mxfp8_linear_prewarm(sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n, int64_t k,
                                               const char *arch);
