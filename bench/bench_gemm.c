@@ -1,5 +1,5 @@
 /* bench_gemm - gemm.blockscaled on the GPU.
- * Decode (M = 1, 4, 16) at real layer shapes: achieved bandwidth over the bytes that must move
+ * Decode (M = 1, 4, 8, 16) at real layer shapes: achieved bandwidth over the bytes that must move
  * (weight codes + scales + activations + output), goal >= 90% of the measured copy bandwidth.
  * Prefill (M = 2048, 4096, 8192; only when the tiled kernel is in the build): TFLOP/s.
  * Weights rotate over 3 copies so the 60 MB L2 cannot serve them. Random operands (never zeros).
@@ -9,7 +9,8 @@
  * Also times gemm.mxfp8_linear (BF16 activations, fused quantization) at M = 1 and 16.
  * Last, host time per sk_gemm_mm call against sk_kernel_launch_ex of the same kernel with the same flags (what the
  * one-shot API adds: validation, config choice, the memo lookup).
- * SK_BENCH_DECODE_ONLY=1 skips the prefill rows; SK_BENCH_M=1,16 keeps only those M values. */
+ * SK_BENCH_DECODE_ONLY=1 skips the prefill rows; SK_BENCH_M=1,16 keeps only those M values;
+ * SK_BENCH_RECIPE=2,4 only those recipes (sk_gemm_recipe: 0 nvfp4 .. 4 tensor_fp8). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,7 +205,7 @@ int main(void) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int64_t shapes[][2] = {{8192, 8192}, {28672, 4096}, {8192, 28672}, {5120, 2944}};
-  const int64_t ms[] = {1, 4, 16, 2048, 4096, 8192};
+  const int64_t ms[] = {1, 4, 8, 16, 2048, 4096, 8192};
   /* SK_BENCH_DECODE_ONLY=1: skip the prefill rows (quick sweeps of decode configurations). */
   const int decode_only = getenv("SK_BENCH_DECODE_ONLY") && atoi(getenv("SK_BENCH_DECODE_ONLY")) != 0;
   int tiled = 0;
@@ -218,10 +219,10 @@ int main(void) {
          "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int r = 0; r < 5; r++)
     for (int si = 0; si < 4; si++)
-      for (int mi = 0; mi < 6; mi++) {
+      for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
         const int64_t n = shapes[si][0], k = shapes[si][1], m = ms[mi];
         if (m > 16 && (!tiled || si != 0 || decode_only)) continue; /* prefill: one shape */
-        if (!bench_keep("SK_BENCH_M", m)) continue;
+        if (!bench_keep("SK_BENCH_M", m) || !bench_keep("SK_BENCH_RECIPE", r)) continue;
         const int fp4 = r <= 1;
         const size_t bcodes = (size_t)(n * (fp4 ? k / 2 : k)), acodes = (size_t)(m * (fp4 ? k / 2 : k));
         const size_t bscales = r == 4 ? 0 : r == 3 ? (size_t)(((n + 127) / 128) * (k / 128) * 4) : sk_swizzled_scale_bytes(n, k / (r == 0 ? 16 : 32));

@@ -127,7 +127,7 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   int listed = 0;
   for (const char *p = out; (p = strstr(p, " sm_120a ")) != NULL; p++) listed++;
   cr_assert_eq(listed, 3, "%s", out);
-  cr_assert(strstr(out, "gemv_decode<2, 0, 1, 4, 1>") && strstr(out, "gemv_decode<2, 0, 2, 4, 1>") && strstr(out, "mxfp8_rows") &&
+  cr_assert(strstr(out, "gemv_decode<2, 0, 1, 4, 1, 1>") && strstr(out, "gemv_decode<2, 0, 2, 4, 1, 1>") && strstr(out, "mxfp8_rows") &&
                 !strstr(out, "gemv_decode_mxfp8_bf16"),
             "%s", out);
   free(out);
@@ -136,8 +136,8 @@ Test(gemm_ops, sk_warm_builds_gemm_entries) {
   char fused_on[] = "SPARKINFER_GEMM_LINEAR_FUSED=1", fused_bad[] = "SPARKINFER_GEMM_LINEAR_FUSED=maybe";
   char *env_on[] = {fused_on, NULL}, *env_bad[] = {fused_bad, NULL};
   cr_assert_eq(tu_run(argv_dry, env_on, &out), 0, "%s", out);
-  cr_assert(strstr(out, "gemv_decode_mxfp8_bf16<0, 1, 4, 1>") && strstr(out, "gemv_decode<2, 0, 2, 4, 1>") &&
-                !strstr(out, "gemv_decode<2, 0, 1, 4, 1>"),
+  cr_assert(strstr(out, "gemv_decode_mxfp8_bf16<0, 1, 4, 1>") && strstr(out, "gemv_decode<2, 0, 2, 4, 1, 1>") &&
+                !strstr(out, "gemv_decode<2, 0, 1, 4, 1, 1>"),
             "%s", out);
   free(out);
   cr_assert_eq(warm_dry_run_all_output(warm, m, env_bad, &out), 2, "%s", out);
@@ -282,10 +282,13 @@ Test(gemm_ops, decode_workspace_follows_the_schedule) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 4096, 8192), 0u, "256 16-row tiles: no split");
   /* tensor_fp8, 128 16-row tiles: 2 splits = 256 CTAs, one wave for both token-tile variants: split-K */
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 2048, 8192), (size_t)(2 * 256 * 16 * 4 + 128 * 4));
-  /* block_fp8: 256 16-row tiles at 8 tokens (no split); 128 32-row tiles split in 2 at 16 tokens */
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 32 * 4 + 128 * 4));
-  /* 224 tiles: 2 splits = 448 CTAs; mxfp8 holds 384 resident: stream-K over 384 CTAs */
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 7168, 8192), (size_t)(2 * 384 * 16 * 32 * 4 + 1024));
+  /* block_fp8: 256 16-row tiles at 8 tokens (no split); at 16 tokens 64 tiles of 2 row groups of
+   * 32 rows (decode_row_groups), split in 4 */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 64 * 4 + 256));
+  /* mxfp8 at 16 tokens: 112 tiles of 64 rows, 3 splits = 336 CTAs (<= 384 resident): split-K */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 7168, 8192), (size_t)(2 * 336 * 16 * 64 * 4 + 512));
+  /* one row group beyond N = 16384: 896 32-row tiles, no split */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 28672, 4096), 0u);
   /* nvfp4: 448 split-K CTAs fit 512 at 8 tokens, the 16-token variant (384) streams: the larger */
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_NVFP4, 1, 7168, 8192), (size_t)(2 * 448 * 32 * 4 + 1024));
   /* Never shrinking as M grows (plans size it for their largest M), across the token-tile switch. */
@@ -310,8 +313,27 @@ Test(gemm_ops, decode_override_streamk_ctas_per_sm) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), (size_t)(2 * 384 * 32 * 4 + 256 * 4));
 }
 
+/* The fifth field sets the row groups: 4 groups of 32 rows = 128-row tiles, 64 of them split in 4
+ * (256 CTAs) for both token tiles. */
+Test(gemm_ops, decode_override_row_groups) {
+  setenv("SPARKINFER_GEMM_DECODE", "2,4,0,auto,4", 1);
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), (size_t)(2 * 256 * 128 * 4 + 256));
+}
+
 Test(gemm_ops, decode_override_bad_schedule_is_refused) {
   expect_env_refused("SPARKINFER_GEMM_DECODE", "2,4,3,roundrobin", 1);
+}
+
+Test(gemm_ops, decode_override_row_groups_must_divide_the_warps) {
+  expect_env_refused("SPARKINFER_GEMM_DECODE", "1,4,0,auto,3", 1);
+}
+
+Test(gemm_ops, decode_override_extra_field_is_refused) {
+  expect_env_refused("SPARKINFER_GEMM_DECODE", "1,4,0,auto,2,1", 1);
+}
+
+Test(gemm_ops, decode_override_empty_field_is_refused) {
+  expect_env_refused("SPARKINFER_GEMM_DECODE", "1,4,0,", 1);
 }
 
 Test(gemm_ops, block_fp8_linear_offline_plan_and_bind) {
@@ -357,7 +379,7 @@ Test(gemm_ops, manifest_builder_picks_the_arch_path) {
                                  "\"m\":[1,2048]}}",
                                  archs[a], &out),
                  0, "%s", out);
-    cr_assert(strstr(out, "sk::gemm::gemv_decode<0, 0, 1, 4, 1>"), "%s: %s", archs[a], out); /* N*K = 2^24: small */
+    cr_assert(strstr(out, "sk::gemm::gemv_decode<0, 0, 1, 4, 1, 1>"), "%s: %s", archs[a], out); /* N*K = 2^24: small */
     if (a < 2) cr_assert(strstr(out, "sk::gemm::sm120_blockscaled<0, 0, 128"), "%s: %s", archs[a], out);
     else cr_assert(strstr(out, "sk::gemm::mma_tiled<0, 0, 128"), "%s: %s", archs[a], out);
     free(out);
@@ -372,7 +394,7 @@ Test(gemm_ops, describe_names_what_mm_launches) {
   cr_assert_eq(sk_gemm_describe(SK_GEMM_TENSOR_FP8, SK_DTYPE_BF16, 1, 128, 128, "sm_120a", &info), SK_OK, "%s",
                sk_last_error_message());
   cr_assert_str_eq(info.source, "gemm/gemv_decode.cuh");
-  cr_assert_str_eq(info.name, "sk::gemm::gemv_decode<4, 0, 1, 4, 1>");
+  cr_assert_str_eq(info.name, "sk::gemm::gemv_decode<4, 0, 1, 4, 1, 1>");
   cr_assert_eq(info.grid.x, 8u, "128 rows in 16-row tiles, one 128-K step each: 8 CTAs");
   cr_assert(info.block.x == 128 && info.smem_bytes == 0 && info.workspace_bytes == 0 && info.sm_count == 128);
   cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, SK_DTYPE_FP16, 4096, 8192, 8192, "sm_90a", &info), SK_OK);
@@ -451,6 +473,7 @@ Test(gemm_ops, decode_row_tiles_follow_recipe_shape_and_tokens) {
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":16384,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":28672,\"k\":4096,\"m\":[16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":2048,\"k\":4096,\"m\":[16],"
                                "\"out\":\"fp16\"}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
@@ -461,17 +484,20 @@ Test(gemm_ops, decode_row_tiles_follow_recipe_shape_and_tokens) {
                0, "%s", out);
   /* mxfp8 8192 x 4096 (2^25): 16-row tiles at 8 tokens, 32-row at 16; block_fp8 2048 x 4096
    * (2^23): 16-row at 16 tokens; nvfp4 8192 x 4096: 32-row tiles at 8 tokens, 16-row at 16; mxfp4
-   * 32-row on that shape, 16-row on 5120 x 2944 (below 2^24). */
-  static const char *const picked[] = {"gemv_decode<4, 0, 1, 4, 1>", "gemv_decode<4, 0, 2, 4, 1>", "gemv_decode<4, 0, 1, 4, 2>",
-                                       "gemv_decode<3, 0, 1, 4, 1>", "gemv_decode<3, 0, 2, 4, 2>", "gemv_decode<2, 0, 1, 4, 1>",
-                                       "gemv_decode<2, 0, 2, 4, 2>", "gemv_decode<3, 1, 2, 4, 1>",
-                                       "gemv_decode<0, 0, 1, 4, 2>", "gemv_decode<0, 0, 2, 4, 1>", "gemv_decode<1, 0, 1, 4, 2>",
-                                       "gemv_decode<1, 0, 2, 4, 2>", "gemv_decode<1, 2, 1, 4, 1>", "gemv_decode<1, 2, 2, 4, 1>"};
-  static const char *const not_picked[] = {"gemv_decode<3, 0, 2, 4, 1>", "gemv_decode<2, 0, 1, 4, 2>",
-                                           "gemv_decode<2, 0, 2, 4, 1>",
-                                           "gemv_decode<0, 0, 1, 4, 1>", "gemv_decode<0, 0, 2, 4, 2>",
-                                           "gemv_decode<1, 0, 1, 4, 1>", "gemv_decode<1, 0, 2, 4, 1>",
-                                           "gemv_decode<1, 2, 1, 4, 2>"};
+   * 32-row on that shape, 16-row on 5120 x 2944 (below 2^24). Two row groups (the last template
+   * argument) for block_fp8, mxfp8 and mxfp4 at 16 tokens on 2^24 < N x K with N <= 16384 (not on
+   * mxfp8 28672 x 4096), one for every other pick (decode_row_groups). */
+  static const char *const picked[] = {"gemv_decode<4, 0, 1, 4, 1, 1>", "gemv_decode<4, 0, 2, 4, 1, 1>", "gemv_decode<4, 0, 1, 4, 2, 1>",
+                                       "gemv_decode<3, 0, 1, 4, 1, 1>", "gemv_decode<3, 0, 2, 4, 2, 2>", "gemv_decode<2, 0, 1, 4, 1, 1>",
+                                       "gemv_decode<2, 0, 2, 4, 2, 2>", "gemv_decode<2, 0, 2, 4, 2, 1>", "gemv_decode<3, 1, 2, 4, 1, 1>",
+                                       "gemv_decode<0, 0, 1, 4, 2, 1>", "gemv_decode<0, 0, 2, 4, 1, 1>", "gemv_decode<1, 0, 1, 4, 2, 1>",
+                                       "gemv_decode<1, 0, 2, 4, 2, 2>", "gemv_decode<1, 2, 1, 4, 1, 1>", "gemv_decode<1, 2, 2, 4, 1, 1>"};
+  static const char *const not_picked[] = {"gemv_decode<3, 0, 2, 4, 1, 1>", "gemv_decode<2, 0, 1, 4, 2, 1>",
+                                           "gemv_decode<2, 0, 2, 4, 1, 1>", "gemv_decode<3, 0, 2, 4, 2, 1>",
+                                           "gemv_decode<1, 0, 2, 4, 2, 1>", "gemv_decode<4, 0, 2, 4, 1, 2>",
+                                           "gemv_decode<0, 0, 1, 4, 1, 1>", "gemv_decode<0, 0, 2, 4, 2, 1>",
+                                           "gemv_decode<1, 0, 1, 4, 1, 1>", "gemv_decode<1, 0, 2, 4, 1, 1>",
+                                           "gemv_decode<1, 2, 1, 4, 2, 1>"};
   FILE *f = fopen("tools/manifests/kernels-gemm.json", "rb");
   cr_assert(f, "tools/manifests/kernels-gemm.json (run from the repo root)");
   static char listed[1 << 16];

@@ -2,8 +2,8 @@
 // host (runtime/ops/gemm/blockscaled.c) and the CPU tests (tests/test_gemm_ops.c) include: plain
 // C11 as well as CUDA C++17 (integer arithmetic only, no CUDA headers when compiled as C).
 //
-// A work unit is one 128-K step of one tile of 16*ROW_TILES weight rows: unit u is step u % steps
-// of tile u / steps, units = tiles * steps. CTA c of `ctas` owns the contiguous units
+// A work unit is one 128-K step of one tile of weight rows (sk_decode_tile_rows): unit u is step
+// u % steps of tile u / steps, units = tiles * steps. CTA c of `ctas` owns the contiguous units
 // [begin(c), begin(c + 1)) with begin(c) = floor(c * units / ctas): every CTA gets the same work
 // to within one step (stream-K), whatever the shape. A CTA walks its range tile by tile, so only
 // its first and its last tile can be partial (the tiles between are whole). The CTAs sharing a
@@ -22,6 +22,9 @@
 #else
 #define SK_DECODE_FN static inline
 #endif
+
+// Weight rows per tile: ROW_GROUPS groups of a warp's 16*ROW_TILES rows (gemv_decode).
+SK_DECODE_FN int sk_decode_tile_rows(int row_tiles, int row_groups) { return 16 * row_tiles * row_groups; }
 
 // First unit of CTA `cta` (cta = ctas gives units).
 SK_DECODE_FN int sk_decode_cta_begin(int cta, int units, int ctas) { return (int)((long long)cta * units / ctas); }

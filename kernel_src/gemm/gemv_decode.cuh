@@ -2,12 +2,17 @@
 // and sm_120a/sm_121a).
 //
 // LAUNCH CONTRACT
-//   template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
+//   template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, int ROW_GROUPS>
 //     RECIPE      sk::gemm::Recipe (0 nvfp4, 1 mxfp4, 2 mxfp8, 3 block_fp8, 4 tensor_fp8)
 //     OUT         sk::gemm::OutType (0 bf16, 1 fp16, 2 fp32)
 //     TOKEN_TILES 1 (M <= 8) or 2 (M <= 16)
-//     WARPS       warps per block (they split the block's K range; 4 or 8)
-//     ROW_TILES   16-row tiles of B per warp (1..4); the block owns 16*ROW_TILES rows of B
+//     WARPS       warps per block (4 or 8)
+//     ROW_TILES   16-row tiles of B per warp (1..4)
+//     ROW_GROUPS  divides WARPS: a tile has ROW_GROUPS x 16*ROW_TILES rows
+//                 (sk_decode_tile_rows); warp w takes row group w % ROW_GROUPS and every
+//                 (WARPS/ROW_GROUPS)-th K step from w / ROW_GROUPS. 1: the warps split the tile's
+//                 K steps round-robin; > 1: the warps of a K phase load the same token bytes at
+//                 about the same time and L1 serves all but the first (see "Token traffic").
 //   __global__ void sk::gemm::gemv_decode<...>(
 //       const u8* a_codes,     // A [M, K]: E2M1 packed (K/2 bytes/row) or E4M3 (K bytes/row)
 //       const void* a_scales,  // swizzled u8 (nvfp4/mx), fp32 [M, K/128] (block_fp8), unused (tensor_fp8)
@@ -16,12 +21,12 @@
 //       const float* alpha,    // device scalar, nullptr = 1
 //       void* c,               // C [M, ldc] of OUT
 //       int M, int N, int K, int ldc,
-//       float* partials,       // 2 * gridDim.x * M * 16*ROW_TILES floats when a tile may be split
+//       float* partials,       // 2 * gridDim.x * M * tile rows floats when a tile may be split
 //                              //   (sk_decode_may_split_tiles); else unused (may be null)
-//       u32* tile_counters)    // same condition: ceil(N / (16*ROW_TILES)) u32, zero before the first
+//       u32* tile_counters)    // same condition: ceil(N / tile rows) u32, zero before the first
 //                              //   launch; every launch leaves them zero again (graph-replay safe)
 //   grid  = (ctas, 1, 1), 1 <= ctas <= units: CTA c takes the contiguous (tile, 128-K step) work
-//     units [c*units/ctas, (c+1)*units/ctas), units = ceil(N / (16*ROW_TILES)) * K/128 < 2^31
+//     units [c*units/ctas, (c+1)*units/ctas), units = ceil(N / tile rows) * K/128 < 2^31
 //     (gemm/decode_schedule.cuh; ctas = tiles gives one whole tile per CTA, no partials)
 //   block = (32*WARPS, 1, 1); __launch_bounds__ sk_decode_ctas_per_sm CTAs per SM
 //   dynamic shared memory: 0 (static: WARPS*ROW_TILES*16*TOKEN_TILES*8*4 bytes + 4)
@@ -45,7 +50,13 @@
 //   Swap-AB tensor-core GEMV: 16 weight rows are the MMA's M side, up to 8 tokens its N side
 //   (mma.sync m16n8k16, FP32 accumulate). The MMA's K slots of both operands are indexed by the
 //   lane's t alone, so lanes may take any K pieces as long as weights and tokens agree. Warps take
-//   128-K steps round-robin; each weight byte is read exactly once per launch.
+//   128-K steps round-robin and, with ROW_GROUPS > 1, row groups; each weight byte is read
+//   exactly once per launch.
+//   Token traffic: every warp loads the token bytes of each step it computes. At 16 tokens and 16
+//   rows per warp that is as many bytes as the weights: with the warps on different steps
+//   (ROW_GROUPS 1) they come from L2, doubling its traffic, which held the FP8 recipes at M = 16
+//   to 55-80% of copy on the H200 (a probe that read one token row for all 16 reached 87-98%:
+//   bench/RESULTS.md, forty-eighth run). With ROW_GROUPS g the g warps of a K phase share a step.
 //   FP8 (mxfp8, block_fp8, tensor_fp8): lane (g, t) loads 8 bytes at 32b + 8t of each 32-K block b
 //   of the step, so a quad covers one 32-K block and every MMA lies in one MXFP8 scale block. One
 //   cvt.rn.f16x2.e4m3x2 per pair (exact) feeds FP16 MMAs; scales multiply FP32 partials (never the
@@ -329,18 +340,18 @@ SK_DEVICE void pin_in_register(First& first, Rest&... rest) {
   pin_in_register(rest...);
 }
 
-// Two register stages: the next step's loads are in flight while this one computes. Warps take
-// steps round-robin from `step` (their first) to s_end.
-template <int WARPS, class Stage, class Load, class Compute>
+// Two register stages: the next step's loads are in flight while this one computes. The warp
+// takes every STRIDE-th step from `step` (its first) to s_end.
+template <int STRIDE, class Stage, class Load, class Compute>
 SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load load, Compute compute) {
   if (step < s_end) load(st0, step);
 #pragma unroll 1
-  for (; step < s_end; step += 2 * WARPS) {
-    const int s1 = step + WARPS;
+  for (; step < s_end; step += 2 * STRIDE) {
+    const int s1 = step + STRIDE;
     if (s1 < s_end) load(st1, s1);
     compute(st0);
     if (s1 >= s_end) break;
-    if (s1 + WARPS < s_end) load(st0, s1 + WARPS);
+    if (s1 + STRIDE < s_end) load(st0, s1 + STRIDE);
     compute(st1);
   }
 }
@@ -499,13 +510,13 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
   }
 }
 
-// One tile's share of a CTA: steps [s_begin, s_end) of the 16*ROW_TILES weight rows from
-// tile * kRows, warps taking the steps round-robin. A whole tile (s_begin 0, s_end num_steps) is
+// One tile's share of a CTA: steps [s_begin, s_end) of the kRows weight rows from tile * kRows,
+// warps taking row groups of 16*ROW_TILES rows and the steps of their group round-robin. A whole tile (s_begin 0, s_end num_steps) is
 // stored directly; a split one goes through the tile's partials slot and counter (see
 // gemm/decode_schedule.cuh; first_of_cta: this is the CTA's first tile, slot 2 cta, else 2 cta + 1).
 // X_BF16 (mxfp8 only): a_codes holds BF16 tokens [M, K], quantized in the warp
 // (gemv_decode_mxfp8_bf16), a_scales unused.
-template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, bool X_BF16>
+template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, int ROW_GROUPS, bool X_BF16>
 SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __restrict__ a_scales,
                                 const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
                                 const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
@@ -514,10 +525,15 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
   static_assert(TOKEN_TILES == 1 || TOKEN_TILES == 2, "M <= 16");
   static_assert(!X_BF16 || RECIPE == kMxfp8, "BF16 tokens: mxfp8 only");
   static_assert(ROW_TILES >= 1 && ROW_TILES <= 4, "register budget");
+  static_assert(ROW_GROUPS >= 1 && WARPS % ROW_GROUPS == 0, "row groups split the warps");
+  static_assert(!X_BF16 || ROW_GROUPS == 1, "the fused kernel keeps the mxfp8 kernel's K split");
   using Traits = RecipeTraits<RECIPE>;
   constexpr int kStepK = DecodeStep<RECIPE>::kStepK;
-  constexpr int kRows = 16 * ROW_TILES, kTokens = 8 * TOKEN_TILES;
-  static_assert(128 % kRows == 0, "block_fp8: a block's rows share one 128-row scale");
+  constexpr int kRows = sk_decode_tile_rows(ROW_TILES, ROW_GROUPS), kTokens = 8 * TOKEN_TILES;
+  static_assert(RECIPE != kBlockFp8 || 128 % kRows == 0, "block_fp8: a block's rows share one 128-row scale");
+  // Warp w's share: row group w % ROW_GROUPS, every kPhases-th step from s_begin + w / ROW_GROUPS;
+  // its sums go to slice w / ROW_GROUPS of red (the epilogue adds the slices up).
+  constexpr int kPhases = WARPS / ROW_GROUPS;
 
   // Laundered per tile, so the lane's address arithmetic is redone per tile instead of hoisted
   // out of the CTA's tile loop and kept live through the step loop (4-6 registers on sm_90a).
@@ -526,6 +542,8 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
   const int lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int row0 = tile * kRows;
+  const int warp_row0 = warp % ROW_GROUPS * 16 * ROW_TILES;  // the warp's first row in the tile
+  const int phase = warp / ROW_GROUPS, first_step = s_begin + phase;
   const long long row_bytes = Traits::row_bytes(K);
   const int k_blocks128 = K / 128;
   const int num_steps = K / kStepK;
@@ -535,7 +553,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) w_rows[rt][h] = min(row0 + rt * 16 + h * 8 + g, N - 1);
+    for (int h = 0; h < 2; ++h) w_rows[rt][h] = min(row0 + warp_row0 + rt * 16 + h * 8 + g, N - 1);
 
   float acc[ROW_TILES][TOKEN_TILES][4];
 #pragma unroll
@@ -593,14 +611,14 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
         mxfp8_quantize_tokens(st);
         fp8_compute_stage<RECIPE>(st.q, acc);
       };
-      pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+      pipelined_steps<kPhases>(first_step, s_end, st0, st1, load, compute);
     } else {
       Fp8Stage<TOKEN_TILES, ROW_TILES> st0, st1;
       auto load = [&](Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
         fp8_load_stage<RECIPE>(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
       };
       auto compute = [&](const Fp8Stage<TOKEN_TILES, ROW_TILES>& st) { fp8_compute_stage<RECIPE>(st, acc); };
-      pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+      pipelined_steps<kPhases>(first_step, s_end, st0, st1, load, compute);
     }
   } else if constexpr (RECIPE == kNvfp4) {
     // Lane (g, t) loads the 16 bytes (32-K block t of the step) of each of its rows and tokens.
@@ -629,7 +647,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
       nvfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
     };
     auto compute = [&](const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st) { nvfp4_compute_stage(st, acc); };
-    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+    pipelined_steps<kPhases>(first_step, s_end, st0, st1, load, compute);
   } else {
     // MXFP4: lane (g, t) loads the 4 bytes at 16b + 4t of every 32-K block b of the step (the FP8
     // mapping at half the bytes), so a quad covers one scale block per pair of MMAs.
@@ -658,11 +676,11 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
       mxfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
     };
     auto compute = [&](const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st) { mxfp4_compute_stage(st, acc); };
-    pipelined_steps<WARPS>(s_begin + warp, s_end, st0, st1, load, compute);
+    pipelined_steps<kPhases>(first_step, s_end, st0, st1, load, compute);
   }
 
   // ---- fixed-order reduction: warps (shared memory), then the CTAs of a split tile (partials) ----
-  __shared__ float red[WARPS][kRows][kTokens];
+  __shared__ float red[kPhases][kRows][kTokens];
   __shared__ u32 is_last_cta;
   __syncthreads();  // the CTA's previous tile is done reading red
 #pragma unroll
@@ -670,7 +688,8 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) red[warp][rt * 16 + g + (i >> 1) * 8][nt * 8 + 2 * t + (i & 1)] = acc[rt][nt][i];
+      for (int i = 0; i < 4; ++i)
+        red[phase][warp_row0 + rt * 16 + g + (i >> 1) * 8][nt * 8 + 2 * t + (i & 1)] = acc[rt][nt][i];
   __syncthreads();
 
   // FP4 operands are decoded as value * 2^-14 (weights and tokens): 2^28 restores the products.
@@ -680,7 +699,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
       const int r = idx % kRows, m = idx / kRows;  // consecutive threads -> consecutive n
       float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w) sum += red[w][r][m];
+      for (int w = 0; w < kPhases; ++w) sum += red[w][r][m];
       if (row0 + r < N && m < M) store_out<OUT>(c, (long long)m * ldc + row0 + r, sum * out_scale);
     }
     return;
@@ -692,7 +711,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     const int r = idx % kRows, m = idx / kRows;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) sum += red[w][r][m];
+    for (int w = 0; w < kPhases; ++w) sum += red[w][r][m];
     if (row0 + r < N && m < M) partials[((long long)slot * M + m) * kRows + r] = sum;
   }
   // Hand-over (common/sync.cuh): the barrier orders the CTA's partial stores before thread 0's
@@ -725,16 +744,17 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
 // bulk prefetch per row, so that they stream in during that kernel's tail. Only a hint: it fills
 // L2, the point of coherence, and every real load comes after the wait, so even weights that the
 // previous kernel wrote are read correctly. With a plain launch it just warms L2.
-template <int RECIPE, int ROW_TILES, int WARPS>
+template <int RECIPE, int ROW_TILES, int WARPS, int ROW_GROUPS>
 SK_DEVICE void prefetch_first_weight_steps(const u8* __restrict__ b_codes, int N, int K, int u_begin, int u_end,
                                            int num_steps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int kRows = 16 * ROW_TILES;
+  constexpr int kRows = sk_decode_tile_rows(ROW_TILES, ROW_GROUPS);
+  static_assert(kRows <= 32 * WARPS, "a thread per row");
   constexpr int kStepBytes = RecipeTraits<RECIPE>::kFp4 ? DecodeStep<RECIPE>::kStepK / 2 : DecodeStep<RECIPE>::kStepK;
   const int r = (int)threadIdx.x;
   if (u_begin >= u_end || r >= kRows) return;
   const int tile = u_begin / num_steps, s0 = u_begin - tile * num_steps;
-  const int steps = min(min(num_steps - s0, u_end - u_begin), 2 * WARPS);
+  const int steps = min(min(num_steps - s0, u_end - u_begin), 2 * WARPS / ROW_GROUPS);
   const int row = min(tile * kRows + r, N - 1);
   // 16-byte aligned (code arrays are, rows are multiples of 64 bytes) and a multiple of 16 bytes.
   const u8* p = b_codes + row * RecipeTraits<RECIPE>::row_bytes(K) + (long long)s0 * kStepBytes;
@@ -743,40 +763,40 @@ SK_DEVICE void prefetch_first_weight_steps(const u8* __restrict__ b_codes, int N
 }
 
 // The kernel: CTA blockIdx.x walks its units (gemm/decode_schedule.cuh) tile by tile.
-template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, bool X_BF16>
+template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, int ROW_GROUPS, bool X_BF16>
 SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __restrict__ a_scales,
                                 const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
                                 const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
                                 float* __restrict__ partials, u32* __restrict__ tile_counters) {
-  constexpr int kRows = 16 * ROW_TILES;
+  constexpr int kRows = sk_decode_tile_rows(ROW_TILES, ROW_GROUPS);
   const int num_steps = K / DecodeStep<RECIPE>::kStepK;
   const int units = (N + kRows - 1) / kRows * num_steps, ctas = (int)gridDim.x;
   const int u_begin = sk_decode_cta_begin((int)blockIdx.x, units, ctas);
   const int u_end = sk_decode_cta_begin((int)blockIdx.x + 1, units, ctas);
   // Launched with SK_LAUNCH_OVERLAP_PREVIOUS: this CTA may be resident before the previous kernel
   // (which may have written the tokens, scales, alpha, C or the workspace) has finished.
-  prefetch_first_weight_steps<RECIPE, ROW_TILES, WARPS>(b_codes, N, K, u_begin, u_end, num_steps);
+  prefetch_first_weight_steps<RECIPE, ROW_TILES, WARPS, ROW_GROUPS>(b_codes, N, K, u_begin, u_end, num_steps);
   pdl_enter();
 #pragma unroll 1
   for (int u = u_begin; u < u_end;) {
     const int tile = u / num_steps, s_begin = u - tile * num_steps;
     const int s_end = min(num_steps, s_begin + (u_end - u));
-    gemv_decode_tile<RECIPE, OUT, TOKEN_TILES, WARPS, ROW_TILES, X_BF16>(a_codes, a_scales, b_codes, b_scales, alpha, c,
-                                                                         M, N, K, ldc, tile, s_begin, s_end,
-                                                                         u == u_begin, units, ctas, partials,
-                                                                         tile_counters);
+    gemv_decode_tile<RECIPE, OUT, TOKEN_TILES, WARPS, ROW_TILES, ROW_GROUPS, X_BF16>(
+        a_codes, a_scales, b_codes, b_scales, alpha, c, M, N, K, ldc, tile, s_begin, s_end, u == u_begin, units, ctas,
+        partials, tile_counters);
     u += s_end - s_begin;
   }
 }
 
 // CTAs per SM: sk_decode_ctas_per_sm (gemm/decode_schedule.cuh), which the host sizes its grid with.
-template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES>
+template <int RECIPE, int OUT, int TOKEN_TILES, int WARPS, int ROW_TILES, int ROW_GROUPS>
 __global__ void __launch_bounds__(WARPS * 32, sk_decode_ctas_per_sm(RECIPE, TOKEN_TILES, WARPS, ROW_TILES))
     gemv_decode(const u8* __restrict__ a_codes, const void* __restrict__ a_scales, const u8* __restrict__ b_codes,
                 const void* __restrict__ b_scales, const float* __restrict__ alpha, void* __restrict__ c, int M,
                 int N, int K, int ldc, float* __restrict__ partials, u32* __restrict__ tile_counters) {
-  gemv_decode_body<RECIPE, OUT, TOKEN_TILES, WARPS, ROW_TILES, false>(a_codes, a_scales, b_codes, b_scales, alpha, c, M,
-                                                                      N, K, ldc, partials, tile_counters);
+  gemv_decode_body<RECIPE, OUT, TOKEN_TILES, WARPS, ROW_TILES, ROW_GROUPS, false>(a_codes, a_scales, b_codes, b_scales,
+                                                                                  alpha, c, M, N, K, ldc, partials,
+                                                                                  tile_counters);
 }
 
 // The 16-token variant holds 32 more registers of raw BF16 per stage: the 256-thread bound (the
@@ -787,7 +807,7 @@ __global__ void __launch_bounds__(WARPS * 32, (ROW_TILES == 4 || TOKEN_TILES == 
                            const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
                            const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
                            float* __restrict__ partials, u32* __restrict__ tile_counters) {
-  gemv_decode_body<kMxfp8, OUT, TOKEN_TILES, WARPS, ROW_TILES, true>(reinterpret_cast<const u8*>(x), unused, b_codes,
+  gemv_decode_body<kMxfp8, OUT, TOKEN_TILES, WARPS, ROW_TILES, 1, true>(reinterpret_cast<const u8*>(x), unused, b_codes,
                                                                      b_scales, alpha, c, M, N, K, ldc, partials,
                                                                      tile_counters);
 }

@@ -58,9 +58,11 @@ static int sm_count(void) {
   return s;
 }
 
-/* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,CTAS_PER_SM[,SCHEDULE]"
- * replaces the defaults (decode_row_tiles, 4, 0, auto): 16*ROW_TILES rows of B per tile, WARPS warps per CTA
- * splitting its steps, and the grid. streamk: CTAS_PER_SM CTAs per SM (0: what the kernel's
+/* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,CTAS_PER_SM[,SCHEDULE[,ROW_GROUPS]]"
+ * replaces the defaults (0, 4, 0, auto, 0): 16*ROW_TILES rows of B per warp (0: decode_row_tiles),
+ * WARPS warps per CTA in ROW_GROUPS groups of rows (a divisor of WARPS; 0: decode_row_groups;
+ * 1: the warps split the tile's K steps; block_fp8 takes 1 where a tile would pass 128 rows),
+ * and the grid. streamk: CTAS_PER_SM CTAs per SM (0: what the kernel's
  * __launch_bounds__ guarantee, sk_decode_ctas_per_sm) sharing the (tile, step) units equally
  * (kernel_src/gemm/decode_schedule.cuh). splitk: one CTA per (tile, K split), splits until the
  * grid has CTAS_PER_SM (0: 2) CTAs per SM. auto: splitk, unless it splits K and its grid is more
@@ -74,7 +76,7 @@ static int sm_count(void) {
 typedef struct env_override {
   pthread_once_t once;
   sk_status status;
-  char message[256];
+  char message[384];
 } env_override;
 
 static void env_override_refuse(env_override *o, const char *var, const char *value, const char *expected) {
@@ -89,26 +91,54 @@ static sk_status env_override_check(env_override *o, void (*load)(void)) {
 
 enum { SCHEDULE_AUTO, SCHEDULE_STREAMK, SCHEDULE_SPLITK };
 typedef struct decode_cfg {
-  int row_tiles, warps, ctas_per_sm, schedule;
+  int row_tiles, warps, ctas_per_sm, schedule, row_groups; /* row_tiles, row_groups 0: the heuristic */
 } decode_cfg;
 static decode_cfg decode_override;
 static env_override decode_env = {PTHREAD_ONCE_INIT, SK_OK, ""};
 
+/* Field i (0-based) of a comma-separated value, copied into buf; false when absent or too long. */
+static bool csv_field(const char *v, int i, char *buf, size_t cap) {
+  for (; i > 0; i--) {
+    v = strchr(v, ',');
+    if (!v) return false;
+    v++;
+  }
+  const size_t len = strcspn(v, ",");
+  if (len >= cap) return false;
+  memcpy(buf, v, len);
+  buf[len] = 0;
+  return true;
+}
+
+static bool parse_int_field(const char *f, int lo, int hi, int *out) {
+  char *end;
+  const long x = strtol(f, &end, 10);
+  if (!*f || *end || x < lo || x > hi) return false;
+  *out = (int)x;
+  return true;
+}
+
 static void decode_override_load(void) {
-  decode_override = (decode_cfg){0, 4, 0, SCHEDULE_AUTO}; /* row_tiles 0: decode_row_tiles decides */
+  decode_override = (decode_cfg){0, 4, 0, SCHEDULE_AUTO, 0};
   const char *v = sk_env_str("SPARKINFER_GEMM_DECODE");
   if (!v) return;
-  decode_cfg d = {0, 0, 0, SCHEDULE_AUTO};
-  char schedule[16] = "auto", extra;
-  bool ok = sscanf(v, "%d,%d,%d%c", &d.row_tiles, &d.warps, &d.ctas_per_sm, &extra) == 3 ||
-            sscanf(v, "%d,%d,%d,%15[a-z]%c", &d.row_tiles, &d.warps, &d.ctas_per_sm, schedule, &extra) == 4;
+  decode_cfg d = {0, 0, 0, SCHEDULE_AUTO, 0};
+  char f[5][16] = {"", "", "", "auto", "0"};
+  int fields = 0;
+  while (fields < 6 && csv_field(v, fields, f[fields < 5 ? fields : 4], sizeof f[0])) fields++;
+  int commas = 0;
+  for (const char *c = v; *c; c++) commas += *c == ',';
+  bool ok = fields >= 3 && fields <= 5 && commas == fields - 1 && parse_int_field(f[0], 0, 4, &d.row_tiles) && d.row_tiles != 3 &&
+            parse_int_field(f[1], 1, 8, &d.warps) && parse_int_field(f[2], 0, 32, &d.ctas_per_sm);
+  const char *schedule = f[3];
   ok = ok && (!strcmp(schedule, "auto") || !strcmp(schedule, "streamk") || !strcmp(schedule, "splitk"));
-  ok = ok && (d.row_tiles == 1 || d.row_tiles == 2 || d.row_tiles == 4) && d.warps >= 1 && d.warps <= 8 &&
-       d.ctas_per_sm >= 0 && d.ctas_per_sm <= 32;
+  ok = ok && parse_int_field(f[4], 0, 8, &d.row_groups) && (d.row_groups == 0 || d.warps % d.row_groups == 0);
+  /* the kernel prefetches a tile's first steps with one thread per row */
+  ok = ok && (d.row_groups <= 1 || (d.row_tiles ? d.row_tiles : 1) * 16 * d.row_groups <= 32 * d.warps);
   if (!ok) {
     env_override_refuse(&decode_env, "SPARKINFER_GEMM_DECODE", v,
-                        "ROW_TILES,WARPS,CTAS_PER_SM[,auto|streamk|splitk] with ROW_TILES in {1,2,4}, 1..8 warps, "
-                        "0..32 CTAs per SM");
+                        "ROW_TILES,WARPS,CTAS_PER_SM[,auto|streamk|splitk[,ROW_GROUPS]]: ROW_TILES 0,1,2,4; "
+                        "1..8 warps; 0..32 CTAs/SM; ROW_GROUPS 0 or a divisor of WARPS, <= 2 WARPS / ROW_TILES");
     return;
   }
   d.schedule = !strcmp(schedule, "splitk") ? SCHEDULE_SPLITK : !strcmp(schedule, "streamk") ? SCHEDULE_STREAMK : SCHEDULE_AUTO;
@@ -149,23 +179,50 @@ static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n, int64_
   return one ? 1 : 2;
 }
 
+/* Row groups of a decode tile (gemv_decode's ROW_GROUPS). 1: the warps of a CTA split the
+ * tile's K steps; 2: two groups of 32 rows, each split between two warps. 2 for block_fp8, mxfp8
+ * and mxfp4 at M > 8 (32-row warp tiles) on 2^24 < N * K with N <= 16384. Measured on the H200
+ * (bench/RESULTS.md, fiftieth run), against 1 group: block_fp8 8192x8192 / 8192x28672 27.0 /
+ * 77.5 -> 25.7 / 70.5 us, mxfp8 29.4 / 74.4 -> 28.2 / 73.9, mxfp4 29.4 / 73.0 -> 27.9 / 72.8; but
+ * slower on 28672x4096 and on the small layer, for tensor_fp8 and nvfp4 (16-row warp tiles) and
+ * at M <= 8. The point is the token bytes: at 16 tokens a warp loads as many of them as of
+ * weights, and the two warps of a group load the same ones (L1 serves the second). All four warps
+ * on rows of their own (4 groups) shared more but lost 5-40% (forty-ninth run): the DRAM traffic
+ * per weight row then comes in smaller pieces. */
+#define DECODE_ROW_GROUPS_MAX_N 16384
+static int decode_row_groups(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
+  const decode_cfg d = decode_config();
+  int groups = d.row_groups;
+  if (!groups) {
+    const bool shared = r == SK_GEMM_BLOCK_FP8 || r == SK_GEMM_MXFP8 || r == SK_GEMM_MXFP4;
+    groups = shared && token_tiles == 2 && d.warps % 2 == 0 && n * k > DECODE_SMALL_LAYER_MAX_NK &&
+                     n <= DECODE_ROW_GROUPS_MAX_N
+                 ? 2
+                 : 1;
+  }
+  /* block_fp8: a tile's rows must share one 128-row weight scale block */
+  if (r == SK_GEMM_BLOCK_FP8 && sk_decode_tile_rows(decode_row_tiles(r, token_tiles, n, k), groups) > 128) groups = 1;
+  return groups;
+}
+
 /* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
  * `may_split`: some tile may be shared by CTAs (then partials and counters are needed). */
 typedef struct decode_grid {
   int64_t tiles, ctas;
   bool may_split;
-  int64_t rows_per_tile; /* 16 * ROW_TILES */
+  int64_t rows_per_tile; /* sk_decode_tile_rows */
 } decode_grid;
 
 static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
-  const int row_tiles = decode_row_tiles(r, token_tiles, n, k);
-  const int64_t tiles = sk_cdiv(n, 16 * row_tiles), sms = sm_count(), steps = k / step_k(r);
+  const int row_tiles = decode_row_tiles(r, token_tiles, n, k), groups = decode_row_groups(r, token_tiles, n, k);
+  const int64_t rows = sk_decode_tile_rows(row_tiles, groups);
+  const int64_t tiles = sk_cdiv(n, rows), sms = sm_count(), steps = k / step_k(r);
   /* split-K: whole tiles, K split until the grid has the target CTAs per SM */
   const int64_t target = (d.ctas_per_sm && d.schedule == SCHEDULE_SPLITK ? d.ctas_per_sm : 2) * sms;
   int64_t splits = tiles >= target ? 1 : sk_cdiv(target, tiles);
   if (splits > 16) splits = 16;
-  if (splits > steps / 4) splits = steps / 4; /* >= 4 steps per split: one per warp of a 4-warp block */
+  if (splits > steps / 4) splits = steps / 4; /* >= 4 steps per split (one per warp of a 4-warp block) */
   if (splits < 1) splits = 1;
   /* stream-K: the resident CTAs share the (tile, step) units equally */
   const int64_t per_sm = d.ctas_per_sm ? d.ctas_per_sm : sk_decode_ctas_per_sm((int)r, token_tiles, d.warps, row_tiles);
@@ -176,17 +233,18 @@ static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n,
   if (streamk) {
     const int64_t least = tiles < resident ? tiles : resident;
     ctas = resident;
-    if (ctas > tiles * steps / d.warps) ctas = tiles * steps / d.warps; /* >= one step per warp */
+    const int64_t per_step = d.warps / groups; /* CTAs with a step for every warp */
+    if (ctas > tiles * steps / per_step) ctas = tiles * steps / per_step;
     if (ctas > 16 * tiles) ctas = 16 * tiles;                           /* <= 17 CTAs share a tile */
     if (ctas < least) ctas = least; /* fewer steps than warps: still a tile per CTA */
   }
-  return (decode_grid){tiles, ctas, sk_decode_may_split_tiles((int)tiles, (int)steps, (int)ctas) != 0, 16 * row_tiles};
+  return (decode_grid){tiles, ctas, sk_decode_may_split_tiles((int)tiles, (int)steps, (int)ctas) != 0, rows};
 }
 
 static size_t decode_counters_bytes(int64_t tiles) { return ((size_t)tiles * 4 + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
 
 /* Workspace a grid of `ctas` CTAs uses at M tokens: tile counters, then 2 partial slots of
- * M x 16*ROW_TILES floats per CTA. */
+ * M x (rows per tile) floats per CTA. */
 static size_t decode_workspace_need(int64_t tiles, int64_t ctas, int64_t m, int64_t rows_per_block) {
   return decode_counters_bytes(tiles) + (size_t)(2 * ctas * m * rows_per_block) * sizeof(float);
 }
@@ -323,8 +381,8 @@ static void cfg_strings(const gemm_cfg *c, char name[160], char params[128]) {
   const char *rn = recipe_names[c->recipe], *on = out_names[c->out];
   switch (c->path) {
   case PATH_DECODE:
-    snprintf(name, 160, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d>", c->recipe, c->out, t[0], t[1], t[2]);
-    snprintf(params, 128, "recipe=%s out=%s decode tokens<=%d", rn, on, 8 * t[0]);
+    snprintf(name, 160, "sk::gemm::gemv_decode<%d, %d, %d, %d, %d, %d>", c->recipe, c->out, t[0], t[1], t[2], t[3]);
+    snprintf(params, 128, "recipe=%s out=%s decode tokens<=%d row-groups=%d", rn, on, 8 * t[0], t[3]);
     break;
   case PATH_FUSED:
     snprintf(name, 160, "sk::gemm::gemv_decode_mxfp8_bf16<%d, %d, %d, %d>", c->out, t[0], t[1], t[2]);
@@ -346,12 +404,14 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, int64_t
   *c = (gemm_cfg){.recipe = (int)r, .out = out};
   if (m <= DECODE_MAX_M) {
     const decode_cfg d = decode_config();
-    const int row_tiles = decode_row_tiles(r, m <= 8 ? 1 : 2, n, k);
+    const int token_tiles = m <= 8 ? 1 : 2;
+    const int row_tiles = decode_row_tiles(r, token_tiles, n, k), groups = decode_row_groups(r, token_tiles, n, k);
     c->path = PATH_DECODE;
-    c->tmpl[0] = m <= 8 ? 1 : 2; /* token tiles of 8 */
+    c->tmpl[0] = token_tiles; /* of 8 tokens */
     c->tmpl[1] = d.warps;
     c->tmpl[2] = row_tiles;
-    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, 16 * row_tiles), 1, 1};
+    c->tmpl[3] = groups;
+    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, sk_decode_tile_rows(row_tiles, groups)), 1, 1};
     c->block = (sk_dim3){32u * (unsigned)d.warps, 1, 1};
   } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
     const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
@@ -380,7 +440,8 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, int64_t
  * MMA order as the mxfp8 decode kernel, so bitwise equal to quantize + mm). */
 static void linear_config(int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c) {
   gemm_config(SK_GEMM_MXFP8, out, m, n, k, arch, c);
-  if (c->path == PATH_DECODE && linear_fuses(m)) c->path = PATH_FUSED;
+  /* the fused kernel has mm's geometry only where mm's warps split K */
+  if (c->path == PATH_DECODE && c->tmpl[3] == 1 && linear_fuses(m)) c->path = PATH_FUSED;
 }
 
 /* gemm.mxfp8_linear's activation quantizer when not fused (the quantization.mxfp8
