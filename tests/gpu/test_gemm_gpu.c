@@ -222,35 +222,34 @@ static void decode_grid_cases(void) {
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 
-Test(gpu_gemm, decode_splitk_grid, .init = setup, .fini = teardown, .timeout = 600) {
-  setenv("SPARKINFER_GEMM_DECODE", "2,4,2,splitk", 1);
-  decode_grid_cases();
-}
-
-Test(gpu_gemm, decode_streamk_grid_beyond_one_wave, .init = setup, .fini = teardown, .timeout = 600) {
-  setenv("SPARKINFER_GEMM_DECODE", "2,4,32", 1);
-  decode_grid_cases();
-}
-
 /* Row groups (gemv_decode's ROW_GROUPS) beyond the defaults, at every recipe and output and at
- * M up to 16: every warp on rows of its own (4 groups of 16 rows), and 2 groups of 32 rows on a
- * stream-K grid far past one wave; each with the grid cases (split tiles on real shapes). */
-static void decode_rows_cases(void) {
+ * M up to 16, before the grid cases (split tiles on real shapes). */
+static void decode_row_group_cases(void) {
   uint64_t seed = skref_test_seed("gpu gemm decode row groups"), rng = seed;
   for (int r = 0; r < 5; r++)
     for (size_t m = 1; m <= 16; m += 3) check_mm((skref_gemm_recipe)r, (int)(m % 3), m, 200, 1152, (int)(m % 2), &rng, seed);
-  decode_grid_cases();
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 
-Test(gpu_gemm, decode_four_row_groups, .init = setup, .fini = teardown, .timeout = 600) {
-  setenv("SPARKINFER_GEMM_DECODE", "1,4,0,auto,4", 1);
-  decode_rows_cases();
+/* One decode configuration per Test (SPARKINFER_GEMM_DECODE is read once per process). */
+static void decode_cases_with(const char *decode_config, bool row_groups) {
+  setenv("SPARKINFER_GEMM_DECODE", decode_config, 1);
+  if (row_groups) decode_row_group_cases();
+  decode_grid_cases();
 }
 
+Test(gpu_gemm, decode_splitk_grid, .init = setup, .fini = teardown, .timeout = 600) { decode_cases_with("2,4,2,splitk", false); }
+
+Test(gpu_gemm, decode_streamk_grid_beyond_one_wave, .init = setup, .fini = teardown, .timeout = 600) {
+  decode_cases_with("2,4,32", false);
+}
+
+/* every warp on rows of its own: 4 groups of 16 rows */
+Test(gpu_gemm, decode_four_row_groups, .init = setup, .fini = teardown, .timeout = 600) { decode_cases_with("1,4,0,auto,4", true); }
+
+/* 2 groups of 32 rows on a stream-K grid far past one wave */
 Test(gpu_gemm, decode_two_row_groups_32_row_tiles_streamk, .init = setup, .fini = teardown, .timeout = 600) {
-  setenv("SPARKINFER_GEMM_DECODE", "2,4,32,streamk,2", 1);
-  decode_rows_cases();
+  decode_cases_with("2,4,32,streamk,2", true);
 }
 
 Test(gpu_gemm, prefill_every_recipe, .init = setup, .fini = teardown, .timeout = 900) {
