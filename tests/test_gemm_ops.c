@@ -320,6 +320,18 @@ Test(gemm_ops, decode_override_row_groups) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 8192), (size_t)(2 * 256 * 128 * 4 + 256));
 }
 
+/* 3 row groups of 16 rows (6 warps): 48-row tiles, which block_fp8 cannot take (a tile's rows
+ * must lie in one 128-row scale block): it keeps one group, the other recipes take three. */
+Test(gemm_ops, decode_override_row_groups_block_fp8_keeps_its_scale_blocks) {
+  setenv("SPARKINFER_GEMM_DECODE", "1,6,0,auto,3", 1);
+  sk_gemm_launch_info info;
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_BLOCK_FP8, SK_DTYPE_BF16, 16, 4096, 4096, "sm_120a", &info), SK_OK, "%s",
+               sk_last_error_message());
+  cr_assert_str_eq(info.name, "sk::gemm::gemv_decode<3, 0, 2, 6, 1, 1>");
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_TENSOR_FP8, SK_DTYPE_BF16, 16, 4096, 4096, "sm_120a", &info), SK_OK);
+  cr_assert_str_eq(info.name, "sk::gemm::gemv_decode<4, 0, 2, 6, 1, 3>");
+}
+
 Test(gemm_ops, decode_override_bad_schedule_is_refused) {
   expect_env_refused("SPARKINFER_GEMM_DECODE", "2,4,3,roundrobin", 1);
 }

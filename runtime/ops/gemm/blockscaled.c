@@ -61,7 +61,8 @@ static int sm_count(void) {
 /* Decode kernel configuration. SPARKINFER_GEMM_DECODE="ROW_TILES,WARPS,CTAS_PER_SM[,SCHEDULE[,ROW_GROUPS]]"
  * replaces the defaults (0, 4, 0, auto, 0): 16*ROW_TILES rows of B per warp (0: decode_row_tiles),
  * WARPS warps per CTA in ROW_GROUPS groups of rows (a divisor of WARPS; 0: decode_row_groups;
- * 1: the warps split the tile's K steps; block_fp8 takes 1 where a tile would pass 128 rows),
+ * 1: the warps split the tile's K steps; block_fp8 takes 1 where a tile's rows would not divide
+ * its 128-row scale blocks),
  * and the grid. streamk: CTAS_PER_SM CTAs per SM (0: what the kernel's
  * __launch_bounds__ guarantee, sk_decode_ctas_per_sm) sharing the (tile, step) units equally
  * (kernel_src/gemm/decode_schedule.cuh). splitk: one CTA per (tile, K split), splits until the
@@ -200,8 +201,8 @@ static int decode_row_groups(sk_gemm_recipe r, int token_tiles, int64_t n, int64
                  ? 2
                  : 1;
   }
-  /* block_fp8: a tile's rows must share one 128-row weight scale block */
-  if (r == SK_GEMM_BLOCK_FP8 && sk_decode_tile_rows(decode_row_tiles(r, token_tiles, n, k), groups) > 128) groups = 1;
+  /* block_fp8: a tile's rows must lie in one 128-row weight scale block (the kernel asserts it) */
+  if (r == SK_GEMM_BLOCK_FP8 && 128 % sk_decode_tile_rows(decode_row_tiles(r, token_tiles, n, k), groups)) groups = 1;
   return groups;
 }
 
