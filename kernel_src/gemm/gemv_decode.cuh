@@ -12,7 +12,7 @@
 //                 (sk_decode_tile_rows); warp w takes row group w % ROW_GROUPS and every
 //                 (WARPS/ROW_GROUPS)-th K step from w / ROW_GROUPS. 1: the warps split the tile's
 //                 K steps round-robin; > 1: the warps of a K phase load the same token bytes at
-//                 about the same time and L1 serves all but the first (see "Token traffic").
+//                 about the same time, for L1 to serve all but the first (see "Token traffic").
 //   __global__ void sk::gemm::gemv_decode<...>(
 //       const u8* a_codes,     // A [M, K]: E2M1 packed (K/2 bytes/row) or E4M3 (K bytes/row)
 //       const void* a_scales,  // swizzled u8 (nvfp4/mx), fp32 [M, K/128] (block_fp8), unused (tensor_fp8)
@@ -56,7 +56,9 @@
 //   rows per warp that is as many bytes as the weights: with the warps on different steps
 //   (ROW_GROUPS 1) they come from L2, doubling its traffic, which held the FP8 recipes at M = 16
 //   to 55-80% of copy on the H200 (a probe that read one token row for all 16 reached 87-98%:
-//   bench/RESULTS.md, forty-eighth run). With ROW_GROUPS g the g warps of a K phase share a step.
+//   bench/RESULTS.md, forty-eighth run). With ROW_GROUPS g the g warps of a K phase share a step;
+//   how much L1 then serves is not measured, and the split grids that taller tiles need cost
+//   more at M = 16 than that sharing gains in most shapes (docs/ops/gemm.md 5.1).
 //   FP8 (mxfp8, block_fp8, tensor_fp8): lane (g, t) loads 8 bytes at 32b + 8t of each 32-K block b
 //   of the step, so a quad covers one 32-K block and every MMA lies in one MXFP8 scale block. One
 //   cvt.rn.f16x2.e4m3x2 per pair (exact) feeds FP16 MMAs; scales multiply FP32 partials (never the

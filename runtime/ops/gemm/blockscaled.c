@@ -97,20 +97,6 @@ typedef struct decode_cfg {
 static decode_cfg decode_override;
 static env_override decode_env = {PTHREAD_ONCE_INIT, SK_OK, ""};
 
-/* Field i (0-based) of a comma-separated value, copied into buf; false when absent or too long. */
-static bool csv_field(const char *v, int i, char *buf, size_t cap) {
-  for (; i > 0; i--) {
-    v = strchr(v, ',');
-    if (!v) return false;
-    v++;
-  }
-  const size_t len = strcspn(v, ",");
-  if (len >= cap) return false;
-  memcpy(buf, v, len);
-  buf[len] = 0;
-  return true;
-}
-
 static bool parse_int_field(const char *f, int lo, int hi, int *out) {
   char *end;
   const long x = strtol(f, &end, 10);
@@ -124,13 +110,19 @@ static void decode_override_load(void) {
   const char *v = sk_env_str("SPARKINFER_GEMM_DECODE");
   if (!v) return;
   decode_cfg d = {0, 0, 0, SCHEDULE_AUTO, 0};
-  char f[5][16] = {"", "", "", "auto", "0"};
+  /* split at the commas, in place; absent optional fields keep their defaults */
+  char buf[96];
+  const char *f[5] = {"", "", "", "auto", "0"};
   int fields = 0;
-  while (fields < 6 && csv_field(v, fields, f[fields < 5 ? fields : 4], sizeof f[0])) fields++;
-  int commas = 0;
-  for (const char *c = v; *c; c++) commas += *c == ',';
-  bool ok = fields >= 3 && fields <= 5 && commas == fields - 1 && parse_int_field(f[0], 0, 4, &d.row_tiles) && d.row_tiles != 3 &&
-            parse_int_field(f[1], 1, 8, &d.warps) && parse_int_field(f[2], 0, 32, &d.ctas_per_sm);
+  bool ok = !sk_strlcpy(buf, v, sizeof buf);
+  for (char *p = buf; ok; fields++) {
+    if (fields < 5) f[fields] = p;
+    if (!(p = strchr(p, ','))) break;
+    *p++ = 0;
+  }
+  fields++;
+  ok = ok && fields >= 3 && fields <= 5 && parse_int_field(f[0], 0, 4, &d.row_tiles) && d.row_tiles != 3 &&
+       parse_int_field(f[1], 1, 8, &d.warps) && parse_int_field(f[2], 0, 32, &d.ctas_per_sm);
   const char *schedule = f[3];
   ok = ok && (!strcmp(schedule, "auto") || !strcmp(schedule, "streamk") || !strcmp(schedule, "splitk"));
   ok = ok && parse_int_field(f[4], 0, 8, &d.row_groups) && (d.row_groups == 0 || d.warps % d.row_groups == 0);
@@ -180,18 +172,18 @@ static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n, int64_
   return one ? 1 : 2;
 }
 
-/* Row groups of a decode tile (gemv_decode's ROW_GROUPS). 1: the warps of a CTA split the
+/* Row groups of a decode tile (gemv_decode's ROW_GROUPS), given its row tiles. 1: the warps of a CTA split the
  * tile's K steps; 2: two groups of 32 rows, each split between two warps. 2 for block_fp8, mxfp8
  * and mxfp4 at M > 8 (32-row warp tiles) on 2^24 < N * K with N <= 16384. Measured on the H200
  * (bench/RESULTS.md, fiftieth run), against 1 group: block_fp8 8192x8192 / 8192x28672 27.0 /
  * 77.5 -> 25.7 / 70.5 us, mxfp8 29.4 / 74.4 -> 28.2 / 73.9, mxfp4 29.4 / 73.0 -> 27.9 / 72.8; but
  * slower on 28672x4096 and on the small layer, for tensor_fp8 and nvfp4 (16-row warp tiles) and
  * at M <= 8. The point is the token bytes: at 16 tokens a warp loads as many of them as of
- * weights, and the two warps of a group load the same ones (L1 serves the second). All four warps
- * on rows of their own (4 groups) shared more but lost 5-40% (forty-ninth run): the DRAM traffic
- * per weight row then comes in smaller pieces. */
+ * weights, and the two warps of a group load the same ones. All four warps on rows of their own
+ * (4 groups) lost up to 1.7x (forty-ninth run), likely because those grids split tiles, which
+ * keeps co-resident CTAs off each other's K steps (fifty-fourth run; docs/ops/gemm.md 5.1). */
 #define DECODE_ROW_GROUPS_MAX_N 16384
-static int decode_row_groups(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
+static int decode_row_groups(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k, int row_tiles) {
   const decode_cfg d = decode_config();
   int groups = d.row_groups;
   if (!groups) {
@@ -202,8 +194,18 @@ static int decode_row_groups(sk_gemm_recipe r, int token_tiles, int64_t n, int64
                  : 1;
   }
   /* block_fp8: a tile's rows must lie in one 128-row weight scale block (the kernel asserts it) */
-  if (r == SK_GEMM_BLOCK_FP8 && 128 % sk_decode_tile_rows(decode_row_tiles(r, token_tiles, n, k), groups)) groups = 1;
+  if (r == SK_GEMM_BLOCK_FP8 && 128 % sk_decode_tile_rows(row_tiles, groups)) groups = 1;
   return groups;
+}
+
+/* A decode tile: the gemv_decode template's ROW_TILES and ROW_GROUPS for one problem. */
+typedef struct decode_tiling {
+  int row_tiles, row_groups;
+} decode_tiling;
+
+static decode_tiling decode_tiling_for(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
+  const int row_tiles = decode_row_tiles(r, token_tiles, n, k);
+  return (decode_tiling){row_tiles, decode_row_groups(r, token_tiles, n, k, row_tiles)};
 }
 
 /* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
@@ -216,7 +218,8 @@ typedef struct decode_grid {
 
 static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
   const decode_cfg d = decode_config();
-  const int row_tiles = decode_row_tiles(r, token_tiles, n, k), groups = decode_row_groups(r, token_tiles, n, k);
+  const decode_tiling t = decode_tiling_for(r, token_tiles, n, k);
+  const int row_tiles = t.row_tiles, groups = t.row_groups;
   const int64_t rows = sk_decode_tile_rows(row_tiles, groups);
   const int64_t tiles = sk_cdiv(n, rows), sms = sm_count(), steps = k / step_k(r);
   /* split-K: whole tiles, K split until the grid has the target CTAs per SM */
@@ -406,13 +409,13 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, int64_t
   if (m <= DECODE_MAX_M) {
     const decode_cfg d = decode_config();
     const int token_tiles = m <= 8 ? 1 : 2;
-    const int row_tiles = decode_row_tiles(r, token_tiles, n, k), groups = decode_row_groups(r, token_tiles, n, k);
+    const decode_tiling t = decode_tiling_for(r, token_tiles, n, k);
     c->path = PATH_DECODE;
     c->tmpl[0] = token_tiles; /* of 8 tokens */
     c->tmpl[1] = d.warps;
-    c->tmpl[2] = row_tiles;
-    c->tmpl[3] = groups;
-    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, sk_decode_tile_rows(row_tiles, groups)), 1, 1};
+    c->tmpl[2] = t.row_tiles;
+    c->tmpl[3] = t.row_groups;
+    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, sk_decode_tile_rows(t.row_tiles, t.row_groups)), 1, 1};
     c->block = (sk_dim3){32u * (unsigned)d.warps, 1, 1};
   } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
     const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
