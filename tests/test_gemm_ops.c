@@ -274,7 +274,8 @@ Test(gemm_ops, decode_schedule_takes_every_unit_once) {
  * schedule (no GPU here: 128 SMs assumed; the default target of the split-K grid is 2 CTAs per SM,
  * and "auto" switches to stream-K when that grid splits K and exceeds the resident CTAs:
  * 4 per SM for nvfp4 / tensor_fp8 at M <= 8, 3 otherwise). Tiles are 32 rows, 16 for tensor_fp8 at
- * N <= 16384 and for block_fp8 there at M <= 8 (decode_row_tiles); the workspace is the larger
+ * N <= 16384 and for block_fp8 there at M <= 8 (decode_row_tiles), 64 for mxfp8 and mxfp4 in two
+ * row groups at M > 8 and N <= 16384 (decode_row_groups); the workspace is the larger
  * need of the two token-tile variants, each with its own tiles. */
 Test(gemm_ops, decode_workspace_follows_the_schedule) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 8192, 128), 0u, "one step per tile: never split");
@@ -282,9 +283,9 @@ Test(gemm_ops, decode_workspace_follows_the_schedule) {
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 4096, 8192), 0u, "256 16-row tiles: no split");
   /* tensor_fp8, 128 16-row tiles: 2 splits = 256 CTAs, one wave for both token-tile variants: split-K */
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, 2048, 8192), (size_t)(2 * 256 * 16 * 4 + 128 * 4));
-  /* block_fp8: 256 16-row tiles at 8 tokens (no split); at 16 tokens 64 tiles of 2 row groups of
-   * 32 rows (decode_row_groups), split in 4 */
-  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 64 * 4 + 256));
+  /* block_fp8: 256 16-row tiles at 8 tokens (no split); at 16 tokens 128 tiles of 32 rows in one
+   * row group (decode_row_groups), split in 2 */
+  cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_BLOCK_FP8, 1, 4096, 8192), (size_t)(2 * 256 * 32 * 4 + 128 * 4));
   /* mxfp8 at 16 tokens: 112 tiles of 64 rows, 3 splits = 336 CTAs (<= 384 resident): split-K */
   cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_MXFP8, 16, 7168, 8192), (size_t)(2 * 336 * 16 * 64 * 4 + 512));
   /* one row group beyond N = 16384: 896 32-row tiles, no split */
@@ -475,14 +476,14 @@ Test(gemm_ops, mxfp8_linear_workspace_when_fused) {
 }
 
 /* Decode row tiles (decode_row_tiles): 16-row tiles for every recipe at N * K <= 2^24, for
- * tensor_fp8 at N <= 16384 (both token tiles), for block_fp8 there at M <= 8 only, for mxfp8 at
+ * tensor_fp8 at N <= 16384 and at M > 8, for block_fp8 at N <= 16384 and M <= 8 only, for mxfp8 at
  * M <= 8 and for nvfp4 at M > 8 up to N * K = 2^26; 32-row tiles otherwise. The manifest builder picks exactly those
  * kernels, and tools/manifests/kernels-gemm.json (CI's compile check, the prebuilt caches) lists
  * every one of them. */
 Test(gemm_ops, decode_row_tiles_follow_recipe_shape_and_tokens) {
   char *out = NULL;
   cr_assert_eq(tu_warm_dry_run("{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
-                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1]}},"
+                               "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"tensor_fp8\",\"n\":28672,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"block_fp8\",\"n\":16384,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":8192,\"k\":4096,\"m\":[1,16]}},"
                                "{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"mxfp8\",\"n\":28672,\"k\":4096,\"m\":[16]}},"
@@ -496,17 +497,19 @@ Test(gemm_ops, decode_row_tiles_follow_recipe_shape_and_tokens) {
                0, "%s", out);
   /* mxfp8 8192 x 4096 (2^25): 16-row tiles at 8 tokens, 32-row at 16; block_fp8 2048 x 4096
    * (2^23): 16-row at 16 tokens; nvfp4 8192 x 4096: 32-row tiles at 8 tokens, 16-row at 16; mxfp4
-   * 32-row on that shape, 16-row on 5120 x 2944 (below 2^24). Two row groups (the last template
-   * argument) for block_fp8, mxfp8 and mxfp4 at 16 tokens on 2^24 < N x K with N <= 16384 (not on
-   * mxfp8 28672 x 4096), one for every other pick (decode_row_groups). */
+   * 32-row on that shape, 16-row on 5120 x 2944 (below 2^24); tensor_fp8 28672 x 4096: 32-row at 8
+   * tokens, 16-row at 16. Two row groups (the last template argument) at 16 tokens on
+   * 2^24 < N x K for mxfp8 and mxfp4 with N <= 16384 (not on mxfp8 28672 x 4096) and for
+   * tensor_fp8 with N > 16384; one for every other pick, block_fp8 included (decode_row_groups). */
   static const char *const picked[] = {"gemv_decode<4, 0, 1, 4, 1, 1>", "gemv_decode<4, 0, 2, 4, 1, 1>", "gemv_decode<4, 0, 1, 4, 2, 1>",
-                                       "gemv_decode<3, 0, 1, 4, 1, 1>", "gemv_decode<3, 0, 2, 4, 2, 2>", "gemv_decode<2, 0, 1, 4, 1, 1>",
+                                       "gemv_decode<3, 0, 1, 4, 1, 1>", "gemv_decode<3, 0, 2, 4, 2, 1>", "gemv_decode<2, 0, 1, 4, 1, 1>",
                                        "gemv_decode<2, 0, 2, 4, 2, 2>", "gemv_decode<2, 0, 2, 4, 2, 1>", "gemv_decode<3, 1, 2, 4, 1, 1>",
                                        "gemv_decode<0, 0, 1, 4, 2, 1>", "gemv_decode<0, 0, 2, 4, 1, 1>", "gemv_decode<1, 0, 1, 4, 2, 1>",
-                                       "gemv_decode<1, 0, 2, 4, 2, 2>", "gemv_decode<1, 2, 1, 4, 1, 1>", "gemv_decode<1, 2, 2, 4, 1, 1>"};
+                                       "gemv_decode<1, 0, 2, 4, 2, 2>", "gemv_decode<1, 2, 1, 4, 1, 1>", "gemv_decode<1, 2, 2, 4, 1, 1>",
+                                       "gemv_decode<4, 0, 2, 4, 1, 2>"};
   static const char *const not_picked[] = {"gemv_decode<3, 0, 2, 4, 1, 1>", "gemv_decode<2, 0, 1, 4, 2, 1>",
-                                           "gemv_decode<2, 0, 2, 4, 1, 1>", "gemv_decode<3, 0, 2, 4, 2, 1>",
-                                           "gemv_decode<1, 0, 2, 4, 2, 1>", "gemv_decode<4, 0, 2, 4, 1, 2>",
+                                           "gemv_decode<2, 0, 2, 4, 1, 1>", "gemv_decode<3, 0, 2, 4, 2, 2>",
+                                           "gemv_decode<1, 0, 2, 4, 2, 1>", "gemv_decode<4, 0, 2, 4, 2, 1>",
                                            "gemv_decode<0, 0, 1, 4, 1, 1>", "gemv_decode<0, 0, 2, 4, 2, 1>",
                                            "gemv_decode<1, 0, 1, 4, 1, 1>", "gemv_decode<1, 0, 2, 4, 1, 1>",
                                            "gemv_decode<1, 2, 1, 4, 2, 1>"};

@@ -59,8 +59,10 @@
 //   bench/RESULTS.md, forty-eighth run). With ROW_GROUPS g the g warps of a K phase share a step;
 //   how much L1 then serves is not measured, and the split grids that taller tiles need cost
 //   more at M = 16 than that sharing gains in most shapes (docs/ops/gemm.md 5.1).
-//   FP8 (mxfp8, block_fp8, tensor_fp8): lane (g, t) loads 8 bytes at 32b + 8t of each 32-K block b
-//   of the step, so a quad covers one 32-K block and every MMA lies in one MXFP8 scale block. One
+//   FP8 (mxfp8, block_fp8, tensor_fp8): mxfp8 lane (g, t) loads 8 bytes at 32b + 8t of each 32-K
+//   block b of the step, so a quad covers one 32-K block and every MMA lies in one MXFP8 scale
+//   block; tensor_fp8 and block_fp8, whose scale spans the step, load 32 contiguous bytes at 32t
+//   as two 16-byte words (the wide map: half the load instructions, see load_step_wide). One
 //   cvt.rn.f16x2.e4m3x2 per pair (exact) feeds FP16 MMAs; scales multiply FP32 partials (never the
 //   FP16 operands, whose range would make that inexact): see fp8_compute_stage. Two register
 //   stages keep the next step's loads in flight.
@@ -121,6 +123,20 @@ SK_DEVICE u32 ld_ro_u1(const u8* p) {
   return v;
 }
 
+// 16-byte variants (nvfp4, and the wide FP8 lane map).
+template <int OFF>
+SK_DEVICE uint4 ld_stream_u4(const u8* p) {
+  uint4 v;
+  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
+  return v;
+}
+template <int OFF>
+SK_DEVICE uint4 ld_ro_u4(const u8* p) {
+  uint4 v;
+  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
+  return v;
+}
+
 // One word of each of a step's four 32-K blocks (FP8: 8 bytes, block stride 32; mxfp4: 4 bytes,
 // stride 16): weights streamed, tokens through the read-only path.
 template <bool STREAM, int OFF>
@@ -140,6 +156,22 @@ SK_DEVICE void load_step_blocks(const u8* p, Word (&w)[4]) {
   ld_block_word<STREAM, 2 * BLOCK_STRIDE>(p, w[2]);
   ld_block_word<STREAM, 3 * BLOCK_STRIDE>(p, w[3]);
 }
+
+// The wide FP8 lane map (tensor_fp8, block_fp8: one scale for all 128 K of a step, so the MMAs
+// may take any K): lane t loads the 32 contiguous bytes at 32t as two 16-byte words, half the
+// load instructions of the 8-byte map; words 2b, 2b + 1 play the role of block b's word pair.
+template <bool STREAM>
+SK_DEVICE void load_step_wide(const u8* p, uint2 (&w)[4]) {
+  uint4 lo, hi;
+  if constexpr (STREAM) lo = ld_stream_u4<0>(p), hi = ld_stream_u4<16>(p);
+  else lo = ld_ro_u4<0>(p), hi = ld_ro_u4<16>(p);
+  w[0] = make_uint2(lo.x, lo.y), w[1] = make_uint2(lo.z, lo.w);
+  w[2] = make_uint2(hi.x, hi.y), w[3] = make_uint2(hi.z, hi.w);
+}
+
+// Bytes between the first bytes of lanes t and t + 1 of an FP8 recipe's step (see fp8_load_stage).
+template <int RECIPE>
+SK_DEVICE constexpr int fp8_lane_stride() { return RECIPE == kTensorFp8 || RECIPE == kBlockFp8 ? 32 : 8; }
 
 // Everything one warp step of an FP8 recipe reads (loaded one step ahead of its use).
 // acc += part * (sfw[row] * sfx[token]) for K block b of a step: the UE8M0 codes of a row / of
@@ -191,10 +223,12 @@ struct Fp8Stage {
   float b_sf;                // block_fp8: sfb of this block's 128 rows
 };
 
-// FP8 recipes (mxfp8, block_fp8, tensor_fp8): a step is 128 K = four 32-K blocks. Lane (g, t)
+// FP8 recipes (mxfp8, block_fp8, tensor_fp8): a step is 128 K = four 32-K blocks. mxfp8 lane (g, t)
 // loads bytes [32b + 8t, 32b + 8t + 8) of every block b, so the 4 lanes of a quad cover exactly one
-// 32-K block (one MXFP8 scale): word j (j = 0, 1) of that piece feeds MMA (b, j), its low pair
-// the K slots 2t, 2t+1 and its high pair 2t+8, 2t+9, for weights and tokens alike. Weights stay
+// 32-K block (one MXFP8 scale); the wide map of tensor_fp8 and block_fp8 gives "block" b the bytes
+// [32t + 8b, 32t + 8b + 8) instead (any K order works when one scale covers the step). Word j
+// (j = 0, 1) of that piece feeds MMA (b, j), its low pair the K slots 2t, 2t+1 and its high pair
+// 2t+8, 2t+9, for weights and tokens alike. Weights stay
 // FP16 (one cvt per pair, no scaling) on FP16 MMAs; scales multiply FP32 partials:
 //   mxfp8      acc += part_b * (sfb[row][b] * sfa[token][b])   per 32-K block (2 MMAs chained)
 //   block_fp8  acc += part * (sfb[row/128] * sfa[token])       per step (= one 128-K block)
@@ -207,15 +241,18 @@ SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, co
                               const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base, const u32 (&w_sfo)[ROW_TILES][2],
                               const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2], const float* b_sfp) {
   const long long off = (long long)step * 128;
+  constexpr bool kWide = fp8_lane_stride<RECIPE>() == 32;
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      load_step_blocks<true, 32>(w_ptr[rt][h] + off, st.w[rt][h]);
+      if constexpr (kWide) load_step_wide<true>(w_ptr[rt][h] + off, st.w[rt][h]);
+      else load_step_blocks<true, 32>(w_ptr[rt][h] + off, st.w[rt][h]);
     }
 #pragma unroll
   for (int nt = 0; nt < TOKEN_TILES && TOKENS; ++nt) {
-    load_step_blocks<false, 32>(x_ptr[nt] + off, st.x[nt]);
+    if constexpr (kWide) load_step_wide<false>(x_ptr[nt] + off, st.x[nt]);
+    else load_step_blocks<false, 32>(x_ptr[nt] + off, st.x[nt]);
   }
   if (RECIPE == kMxfp8) {
     load_ue8m0_step_scales<TOKENS>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
@@ -307,20 +344,6 @@ SK_DEVICE void mxfp8_quantize_tokens(Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) st.q.x_sf[nt][j] = __shfl_sync(0xFFFFFFFFu, sf, 8 * t + 4 * j);
   }
-}
-
-// 16-byte variants of the loads above (nvfp4).
-template <int OFF>
-SK_DEVICE uint4 ld_stream_u4(const u8* p) {
-  uint4 v;
-  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
-  return v;
-}
-template <int OFF>
-SK_DEVICE uint4 ld_ro_u4(const u8* p) {
-  uint4 v;
-  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4 + %5];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "n"(OFF));
-  return v;
 }
 
 // Loop-invariant addresses pinned in registers before the FP4 step loops: otherwise the compiler
@@ -580,13 +603,13 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + 8 * t;
+        w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + fp8_lane_stride<RECIPE>() * t;
         if (RECIPE == kMxfp8) w_sfo[rt][h] = (u32)swizzled_scale_offset(w_rows[rt][h], 0, (K / 32 + 3) / 4);
       }
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
       // BF16 tokens: 2 bytes per element, the same elements (see Fp8Bf16Stage).
-      x_ptr[nt] = a_codes + (min(nt * 8 + g, M - 1) * row_bytes + 8 * t) * (X_BF16 ? 2 : 1);
+      x_ptr[nt] = a_codes + (min(nt * 8 + g, M - 1) * row_bytes + fp8_lane_stride<RECIPE>() * t) * (X_BF16 ? 2 : 1);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int m = min(nt * 8 + 2 * t + j, M - 1);  // the C column this lane holds

@@ -143,7 +143,8 @@ static decode_cfg decode_config(void) {
   return decode_override;
 }
 /* Weight rows per decode tile are 16 * this. 1 (16-row tiles) on small layers (N * K <= 2^24
- * weights, every recipe); for tensor_fp8 up to N = 16384; for block_fp8 up to N = 16384 at M <= 8
+ * weights, every recipe); for tensor_fp8 up to N = 16384, and beyond it at M > 8 (in two row
+ * groups, decode_row_groups); for block_fp8 up to N = 16384 at M <= 8
  * (one token tile); for mxfp8 at M <= 8; for nvfp4 at M > 8 up to N * K = 2^26. Else 2. Measured
  * on the H200 (bench/RESULTS.md, thirty-seventh, thirty-eighth, forty-first and forty-third
  * runs), M = 1 unless stated: 16-row tiles are faster for tensor_fp8 by 8-24% (10-21% at M = 16)
@@ -152,8 +153,10 @@ static decode_cfg decode_config(void) {
  * 16-41% slower at M = 16 on the large shapes; mxfp8 5-9% on every shape at M = 1 and 4, but
  * 7-35% slower at M = 16 on the large ones; on 5120x2944 at M = 16 every recipe gains (mxfp8 and
  * block_fp8 -26%, nvfp4 -15%, mxfp4 -23%); nvfp4 8192x8192 at M = 16 -18%, but FP4 at M <= 8 is
- * 5-40% slower on every larger shape. A function of recipe, N, K and token tiles only: offline
- * plans and manifests pick the same kernels as a GPU does. */
+ * 5-40% slower on every larger shape. With the wide FP8 lane map (fifty-fifth run) tensor_fp8 at
+ * M = 16 on 28672x4096 takes 32.8 us in 16-row tiles x 2 groups against 36.2 in 32-row tiles.
+ * A function of recipe, N, K and token tiles only: offline plans and manifests pick the same
+ * kernels as a GPU does. */
 #define DECODE_ONE_ROW_TILE_MAX_N 16384
 #define DECODE_SMALL_LAYER_MAX_NK ((int64_t)1 << 24)
 #define DECODE_NVFP4_16_TOKENS_ONE_ROW_TILE_MAX_NK ((int64_t)1 << 26)
@@ -163,7 +166,7 @@ static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n, int64_
   if (n * k <= DECODE_SMALL_LAYER_MAX_NK) return 1;
   bool one = false;
   switch (r) {
-  case SK_GEMM_TENSOR_FP8: one = n <= DECODE_ONE_ROW_TILE_MAX_N; break;
+  case SK_GEMM_TENSOR_FP8: one = n <= DECODE_ONE_ROW_TILE_MAX_N || token_tiles == 2; break;
   case SK_GEMM_BLOCK_FP8: one = token_tiles == 1 && n <= DECODE_ONE_ROW_TILE_MAX_N; break;
   case SK_GEMM_MXFP8: one = token_tiles == 1; break;
   case SK_GEMM_NVFP4: one = token_tiles == 2 && n * k <= DECODE_NVFP4_16_TOKENS_ONE_ROW_TILE_MAX_NK; break;
@@ -173,13 +176,15 @@ static int decode_row_tiles(sk_gemm_recipe r, int token_tiles, int64_t n, int64_
 }
 
 /* Row groups of a decode tile (gemv_decode's ROW_GROUPS), given its row tiles. 1: the warps of a CTA split the
- * tile's K steps; 2: two groups of 32 rows, each split between two warps. 2 for block_fp8, mxfp8
- * and mxfp4 at M > 8 (32-row warp tiles) on 2^24 < N * K with N <= 16384. Measured on the H200
- * (bench/RESULTS.md, fiftieth run), against 1 group: block_fp8 8192x8192 / 8192x28672 27.0 /
- * 77.5 -> 25.7 / 70.5 us, mxfp8 29.4 / 74.4 -> 28.2 / 73.9, mxfp4 29.4 / 73.0 -> 27.9 / 72.8; but
- * slower on 28672x4096 and on the small layer, for tensor_fp8 and nvfp4 (16-row warp tiles) and
- * at M <= 8. The point is the token bytes: at 16 tokens a warp loads as many of them as of
- * weights, and the two warps of a group load the same ones. All four warps on rows of their own
+ * tile's K steps; 2: two groups of 16 * row_tiles rows, each split between two warps. At M > 8
+ * on 2^24 < N * K: 2 for mxfp8 and mxfp4 (32-row warp tiles) with N <= 16384, and for tensor_fp8
+ * (16-row warp tiles) with N > 16384. The point is the token bytes: at 16 tokens a warp loads
+ * as many of them as of weights, and the two warps of a group load the same ones. Measured on
+ * the H200 against 1 group (bench/RESULTS.md): mxfp8 8192x8192 / 8192x28672 29.4 / 74.4 ->
+ * 28.2 / 73.9 us, mxfp4 29.4 / 73.0 -> 27.9 / 72.8 (fiftieth run); tensor_fp8 28672x4096 34.9 ->
+ * 32.8 (fifty-fifth run, wide FP8 lane map), but 8192x8192 18.0 -> 26.1. block_fp8 took 2 groups
+ * until the wide lane map; with it one group is 2-3% faster (23.1 / 61.5 against 23.7 / 62.7 us).
+ * Slower on the small layer, for nvfp4 and at M <= 8. All four warps on rows of their own
  * (4 groups) lost up to 1.7x (forty-ninth run), likely because those grids split tiles, which
  * keeps co-resident CTAs off each other's K steps (fifty-fourth run; docs/ops/gemm.md 5.1). */
 #define DECODE_ROW_GROUPS_MAX_N 16384
@@ -187,11 +192,9 @@ static int decode_row_groups(sk_gemm_recipe r, int token_tiles, int64_t n, int64
   const decode_cfg d = decode_config();
   int groups = d.row_groups;
   if (!groups) {
-    const bool shared = r == SK_GEMM_BLOCK_FP8 || r == SK_GEMM_MXFP8 || r == SK_GEMM_MXFP4;
-    groups = shared && token_tiles == 2 && d.warps % 2 == 0 && n * k > DECODE_SMALL_LAYER_MAX_NK &&
-                     n <= DECODE_ROW_GROUPS_MAX_N
-                 ? 2
-                 : 1;
+    const bool mx = r == SK_GEMM_MXFP8 || r == SK_GEMM_MXFP4;
+    const bool shared = mx ? n <= DECODE_ROW_GROUPS_MAX_N : r == SK_GEMM_TENSOR_FP8 && n > DECODE_ROW_GROUPS_MAX_N;
+    groups = shared && token_tiles == 2 && d.warps % 2 == 0 && n * k > DECODE_SMALL_LAYER_MAX_NK ? 2 : 1;
   }
   /* block_fp8: a tile's rows must lie in one 128-row weight scale block (the kernel asserts it) */
   if (r == SK_GEMM_BLOCK_FP8 && 128 % sk_decode_tile_rows(row_tiles, groups)) groups = 1;
