@@ -53,12 +53,11 @@
 //   128-K steps round-robin and, with ROW_GROUPS > 1, row groups; each weight byte is read
 //   exactly once per launch.
 //   Token traffic: every warp loads the token bytes of each step it computes. At 16 tokens and 16
-//   rows per warp that is as many bytes as the weights: with the warps on different steps
-//   (ROW_GROUPS 1) they come from L2, doubling its traffic, which held the FP8 recipes at M = 16
-//   to 55-80% of copy on the H200 (a probe that read one token row for all 16 reached 87-98%:
-//   bench/RESULTS.md, forty-eighth run). With ROW_GROUPS g the g warps of a K phase share a step;
-//   how much L1 then serves is not measured, and the split grids that taller tiles need cost
-//   more at M = 16 than that sharing gains in most shapes (docs/ops/gemm.md 5.1).
+//   rows per warp that is as many bytes, and as many load requests, as the weights. Requests are
+//   what held the FP8 recipes at M = 16 on the H200: halving them (the wide map below) took
+//   tensor_fp8 from 71 / 69 / 79% of copy to 87 / 76 / 97% (bench/RESULTS.md, fifty-fifth run).
+//   With ROW_GROUPS g the g warps of a K phase share a step; how much L1 then serves is not
+//   measured (docs/ops/gemm.md 5.1).
 //   FP8 (mxfp8, block_fp8, tensor_fp8): mxfp8 lane (g, t) loads 8 bytes at 32b + 8t of each 32-K
 //   block b of the step, so a quad covers one 32-K block and every MMA lies in one MXFP8 scale
 //   block; tensor_fp8 and block_fp8, whose scale spans the step, load 32 contiguous bytes at 32t
