@@ -10,6 +10,17 @@
 
 namespace sk {
 
+// Zeroes a warp's accumulator fragments [M tiles][N tiles][c0..c3].
+template <int MT, int NT>
+SK_DEVICE void zero_fragments(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+}
+
 // D = A * B + D, BF16 inputs, FP32 accumulators.
 SK_DEVICE void mma_bf16_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
   asm volatile(

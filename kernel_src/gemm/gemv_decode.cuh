@@ -270,14 +270,7 @@ SK_DEVICE void fp8_compute_stage(const Fp8Stage<TOKEN_TILES, ROW_TILES>& st, flo
   float part[ROW_TILES][TOKEN_TILES][4];
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
-    if (RECIPE == kMxfp8 || (RECIPE == kBlockFp8 && b == 0)) {
-#pragma unroll
-      for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
-    }
+    if (RECIPE == kMxfp8 || (RECIPE == kBlockFp8 && b == 0)) zero_fragments(part);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       u32 b_frag[TOKEN_TILES][2];
@@ -380,6 +373,20 @@ SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load
   }
 }
 
+// The FP4 step loop: loop-invariant addresses pinned (pin_in_register), then two register stages
+// of Stage, each filled by load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo).
+template <int STRIDE, class Stage, class WPtrs, class XPtrs, class WOffsets, class XOffsets, class LoadStage, class Compute>
+SK_DEVICE void fp4_pipelined_steps(int first_step, int s_end, WPtrs& w_ptr, XPtrs& x_ptr, const void* b_scales,
+                                   WOffsets& w_sfo, const void* a_scales, XOffsets& x_sfo, LoadStage load_stage,
+                                   Compute compute) {
+  const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
+  const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
+  pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
+  Stage st0, st1;
+  auto load = [&](Stage& st, int step) { load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo); };
+  pipelined_steps<STRIDE>(first_step, s_end, st0, st1, load, compute);
+}
+
 // NVFP4: lane (g, t) holds the 32-K block t of the step (16 bytes) of its rows and token, and the
 // two UE4M3 scales of that block's 16-K halves. Each u32 of codes decodes (sk_e2m1x8_to_f16x2_2m14)
 // into the K slots of two MMAs: pairs 0, 1 feed slots {2t, 2t+1}, {2t+8, 2t+9} of the first, pairs
@@ -431,6 +438,21 @@ SK_DEVICE void nvfp4_word(u32 w, __half2 s, u32 (&p)[4]) {
   }
 }
 
+// The two MMAs of one decoded u32 of FP4 codes per operand (sk_e2m1x8_to_f16x2_2m14 pairs): pairs
+// 2j, 2j + 1 of weight rows g (wp[0]) and g + 8 (wp[1]) against the same pairs of each token tile.
+template <int TOKEN_TILES>
+SK_DEVICE void fp4_word_mmas(float (&acc)[TOKEN_TILES][4], const u32 (&wp)[2][4], const u32 (&xp)[TOKEN_TILES][4]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const u32 a_frag[4] = {wp[0][2 * j], wp[1][2 * j], wp[0][2 * j + 1], wp[1][2 * j + 1]};
+#pragma unroll
+    for (int nt = 0; nt < TOKEN_TILES; ++nt) {
+      const u32 b_frag[2] = {xp[nt][2 * j], xp[nt][2 * j + 1]};
+      mma_f16_m16n8k16(acc[nt], a_frag, b_frag);
+    }
+  }
+}
+
 template <int TOKEN_TILES, int ROW_TILES>
 SK_DEVICE void nvfp4_compute_stage(const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, float (&acc)[ROW_TILES][TOKEN_TILES][4]) {
   __half2 w_s[ROW_TILES][2], x_s[TOKEN_TILES];
@@ -457,15 +479,7 @@ SK_DEVICE void nvfp4_compute_stage(const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st,
         nvfp4_word(q == 0 ? c.x : q == 1 ? c.y : q == 2 ? c.z : c.w, q < 2 ? __low2half2(w_s[rt][h]) : __high2half2(w_s[rt][h]),
                    wp[h]);
       }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const u32 a_frag[4] = {wp[0][2 * j], wp[1][2 * j], wp[0][2 * j + 1], wp[1][2 * j + 1]};
-#pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-          const u32 b_frag[2] = {xp[nt][2 * j], xp[nt][2 * j + 1]};
-          mma_f16_m16n8k16(acc[rt][nt], a_frag, b_frag);
-        }
-      }
+      fp4_word_mmas(acc[rt], wp, xp);
     }
   }
 }
@@ -506,12 +520,7 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     float part[ROW_TILES][TOKEN_TILES][4];
-#pragma unroll
-    for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-      for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.0f;
+    zero_fragments(part);
     u32 xp[TOKEN_TILES][4];
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) sk_e2m1x8_to_f16x2_2m14(st.x[nt][b], xp[nt]);
@@ -520,15 +529,7 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
       u32 wp[2][4];
       sk_e2m1x8_to_f16x2_2m14(st.w[rt][0][b], wp[0]);
       sk_e2m1x8_to_f16x2_2m14(st.w[rt][1][b], wp[1]);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const u32 a_frag[4] = {wp[0][2 * j], wp[1][2 * j], wp[0][2 * j + 1], wp[1][2 * j + 1]};
-#pragma unroll
-        for (int nt = 0; nt < TOKEN_TILES; ++nt) {
-          const u32 b_frag[2] = {xp[nt][2 * j], xp[nt][2 * j + 1]};
-          mma_f16_m16n8k16(part[rt][nt], a_frag, b_frag);
-        }
-      }
+      fp4_word_mmas(part[rt], wp, xp);
     }
     fold_ue8m0_block(acc, part, st.w_sf, st.x_sf, b);
   }
@@ -580,12 +581,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     for (int h = 0; h < 2; ++h) w_rows[rt][h] = min(row0 + warp_row0 + rt * 16 + h * 8 + g, N - 1);
 
   float acc[ROW_TILES][TOKEN_TILES][4];
-#pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < TOKEN_TILES; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[rt][nt][i] = 0.0f;
+  zero_fragments(acc);
 
   if constexpr (!Traits::kFp4) {
     // Tokens past M re-read token M-1: their columns of C are computed and never stored, and MMA
@@ -663,15 +659,11 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
       x_ptr[nt] = a_codes + m * row_bytes + 16 * t;
       x_sfo[nt] = (u32)swizzled_scale_offset(m, 2 * t, num_k_tiles);
     }
-    const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
-    const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
-    pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
-    Nvfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
-    auto load = [&](Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
-      nvfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
-    };
-    auto compute = [&](const Nvfp4Stage<TOKEN_TILES, ROW_TILES>& st) { nvfp4_compute_stage(st, acc); };
-    pipelined_steps<kPhases>(first_step, s_end, st0, st1, load, compute);
+    using Stage = Nvfp4Stage<TOKEN_TILES, ROW_TILES>;
+    fp4_pipelined_steps<kPhases, Stage>(
+        first_step, s_end, w_ptr, x_ptr, b_scales, w_sfo, a_scales, x_sfo,
+        [](Stage& st, int step, const auto&... where) { nvfp4_load_stage(st, step, where...); },
+        [&](const Stage& st) { nvfp4_compute_stage(st, acc); });
   } else {
     // MXFP4: lane (g, t) loads the 4 bytes at 16b + 4t of every 32-K block b of the step (the FP8
     // mapping at half the bytes), so a quad covers one scale block per pair of MMAs.
@@ -692,15 +684,11 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
 #pragma unroll
       for (int j = 0; j < 2; ++j) x_sfo[nt][j] = (u32)swizzled_scale_offset(min(nt * 8 + 2 * t + j, M - 1), 0, num_k_tiles);
     }
-    const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
-    const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
-    pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
-    Mxfp4Stage<TOKEN_TILES, ROW_TILES> st0, st1;
-    auto load = [&](Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
-      mxfp4_load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo);
-    };
-    auto compute = [&](const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st) { mxfp4_compute_stage(st, acc); };
-    pipelined_steps<kPhases>(first_step, s_end, st0, st1, load, compute);
+    using Stage = Mxfp4Stage<TOKEN_TILES, ROW_TILES>;
+    fp4_pipelined_steps<kPhases, Stage>(
+        first_step, s_end, w_ptr, x_ptr, b_scales, w_sfo, a_scales, x_sfo,
+        [](Stage& st, int step, const auto&... where) { mxfp4_load_stage(st, step, where...); },
+        [&](const Stage& st) { mxfp4_compute_stage(st, acc); });
   }
 
   // ---- fixed-order reduction: warps (shared memory), then the CTAs of a split tile (partials) ----

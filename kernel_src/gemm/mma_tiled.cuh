@@ -246,12 +246,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
   };
 
   float acc[MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  zero_fragments(acc);
 
   // Rows (tile-local) of this lane: A rows a_row(i, h) = wm*WM + 16i + 8h + g, B rows wn*WN + 8j + g.
   const int a_row0 = wm * WM + g, b_row0 = wn * WN + g;
@@ -378,14 +373,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1)
       // blocks' fragments are hoisted and block_fp8 spills). No spills on sm_90a/sm_120a.
 #pragma unroll(RECIPE == kTensorFp8 ? 4 : 2)
       for (int blk = 0; blk < 4; ++blk) {  // 32-element K blocks of the slab
-        if (kTmp && (RECIPE == kMxfp8 || blk == 0)) {
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) tmp[i][j][e] = 0.0f;
-        }
+        if (kTmp && (RECIPE == kMxfp8 || blk == 0)) zero_fragments(tmp);
         // Lane t: bytes 32*blk + 8t .. +7 = chunk 2*blk + t/2, half t%2.
         const int ch = sk_tiled_fp8_chunk(blk, t), half = sk_tiled_fp8_half(t);
 #if SK_TILED_FP8_NATIVE

@@ -235,12 +235,7 @@ SK_DEVICE void sm120_blockscaled_body(const u8* __restrict__ a_codes, const u8* 
   const int k_stages = K / SK_SM120_BK;
 
   float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  zero_fragments(acc);
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
