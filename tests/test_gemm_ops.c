@@ -270,6 +270,47 @@ Test(gemm_ops, decode_schedule_takes_every_unit_once) {
       }
 }
 
+/* Decode tile rows (sk_decode_row): every weight row below N belongs to exactly one (tile, local
+ * row), for every recipe, row tiles and groups, including N that is not a multiple of a span.
+ * Interleaved tiles (mxfp4, mxfp8 at 1-2 row tiles, groups dividing 4): a lane's 2*row_tiles
+ * rows lie 32 apart from its first row, whose 128x4-swizzled scale word starts an aligned 8- or
+ * 16-byte piece of one 16-byte chunk (first row % 128 < 32 for 2 row tiles, < 32 or in [64, 96)
+ * for 1), so the kernel loads them all at once. */
+Test(gemm_ops, decode_tile_rows_cover_every_row_once) {
+  static const int ns[] = {1, 31, 77, 200, 2880, 4096, 5120};
+  static unsigned char hits[5120];
+  for (int recipe = 0; recipe < 5; recipe++)
+    for (int row_tiles = 1; row_tiles <= 4; row_tiles *= 2)
+      for (int groups = 1; groups <= 4; groups++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+          const int n = ns[ni], rows = sk_decode_tile_rows(row_tiles, groups);
+          const int tiles = sk_decode_tiles(n, recipe, row_tiles, groups);
+          const int interleaved = sk_decode_interleaved(recipe, row_tiles, groups);
+          cr_assert_eq(interleaved, (recipe == 1 || recipe == 2) && row_tiles <= 2 && 4 % groups == 0);
+          memset(hits, 0, sizeof hits);
+          for (int tile = 0; tile < tiles; tile++)
+            for (int r = 0; r < rows; r++) {
+              const int row = sk_decode_row(tile, r, recipe, row_tiles, groups);
+              cr_assert_geq(row, 0);
+              cr_assert_lt(row, tiles * rows, "recipe %d rt %d g %d n %d: row %d past the tiles", recipe, row_tiles, groups, n, row);
+              if (row < n) {
+                cr_assert_eq(hits[row], 0, "recipe %d rt %d g %d n %d: row %d twice", recipe, row_tiles, groups, n, row);
+                hits[row] = 1;
+              }
+              if (interleaved && r % (16 * row_tiles) < 8) { /* a lane's first row: slot 0 */
+                const int group = r / (16 * row_tiles), g = r % 8, pos = row % 128 / 32;
+                cr_assert(row_tiles == 2 ? pos == 0 : pos == 0 || pos == 2, "row %d: chunk position %d", row, pos);
+                for (int slot = 1; slot < 2 * row_tiles; slot++)
+                  cr_assert_eq(sk_decode_row(tile, 16 * row_tiles * group + 8 * slot + g, recipe, row_tiles, groups), row + 32 * slot);
+              }
+            }
+          for (int row = 0; row < n; row++)
+            cr_assert_eq(hits[row], 1, "recipe %d rt %d g %d n %d: row %d missed", recipe, row_tiles, groups, n, row);
+          /* interleaved tiles may overshoot N by less than a span; contiguous ones by less than a tile */
+          cr_assert_lt((int64_t)(tiles - 1) * rows, interleaved ? n + 64 * row_tiles : n);
+        }
+}
+
 /* Workspace: 0 when no tile is split (K = 128, beyond decode); the fourth override field picks the
  * schedule (no GPU here: 128 SMs assumed; the default target of the split-K grid is 2 CTAs per SM,
  * and "auto" switches to stream-K when that grid splits K and exceeds the resident CTAs:

@@ -196,17 +196,36 @@ SK_DEVICE void fold_ue8m0_block(float (&acc)[ROW_TILES][TOKEN_TILES][4], const f
       for (int i = 0; i < 4; ++i) acc[rt][nt][i] = fmaf(part[rt][nt][i], sw[rt][i >> 1] * sx[nt][i & 1], acc[rt][nt][i]);
 }
 
+// Interleaved tiles (sk_decode_interleaved): the swizzled scale words of a lane's 2*ROW_TILES
+// weight rows, 32 rows apart, are adjacent (word 2 rt + h), so one 8- or 16-byte load fetches them.
+template <int ROW_TILES>
+SK_DEVICE void load_interleaved_scale_words(u32 (&w)[ROW_TILES][2], const u8* p) {
+  static_assert(ROW_TILES == 1 || ROW_TILES == 2, "4 rows per 16-byte chunk");
+  if constexpr (ROW_TILES == 1) {
+    const uint2 v = ld_ro_u2<0>(p);
+    w[0][0] = v.x, w[0][1] = v.y;
+  } else {
+    const uint4 v = ld_ro_u4<0>(p);
+    w[0][0] = v.x, w[0][1] = v.y, w[1][0] = v.z, w[1][1] = v.w;
+  }
+}
+
 // The UE8M0 scale words of a 128-K step (mxfp8, mxfp4): its 4 scale columns 4*step .. 4*step+3
 // are one aligned u32 of the 128x4 swizzle, per weight row and per token 2t + j (TOKENS false: the
-// fused mxfp8_linear path makes the token scales itself).
-template <bool TOKENS, int ROW_TILES, int TOKEN_TILES>
+// fused mxfp8_linear path makes the token scales itself). INTERLEAVED: w_sfo[0][0] is the lane's
+// first row's, and one load fetches every row's word (load_interleaved_scale_words).
+template <bool TOKENS, bool INTERLEAVED, int ROW_TILES, int TOKEN_TILES>
 SK_DEVICE void load_ue8m0_step_scales(u32 (&w_sf)[ROW_TILES][2], u32 (&x_sf)[TOKEN_TILES][2], int step, const u8* w_sf_base,
                                       const u32 (&w_sfo)[ROW_TILES][2], const u8* x_sf_base,
                                       const u32 (&x_sfo)[TOKEN_TILES][2]) {
+  if constexpr (INTERLEAVED) {
+    load_interleaved_scale_words(w_sf, w_sf_base + (w_sfo[0][0] + step * 512u));
+  } else {
 #pragma unroll
-  for (int rt = 0; rt < ROW_TILES; ++rt)
+    for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
+      for (int h = 0; h < 2; ++h) w_sf[rt][h] = __ldg(reinterpret_cast<const u32*>(w_sf_base + (w_sfo[rt][h] + step * 512u)));
+  }
 #pragma unroll
   for (int nt = 0; nt < TOKEN_TILES && TOKENS; ++nt)
 #pragma unroll
@@ -235,7 +254,8 @@ struct Fp8Stage {
 // Powers of two and products of FP16 values are exact in FP32, so the only roundings are the FP32
 // accumulations (as in the reference's tolerance model), for scale products inside FP32's range.
 // TOKENS false: weights and their scales only (the fused mxfp8_linear path quantizes its tokens).
-template <int RECIPE, bool TOKENS = true, int TOKEN_TILES, int ROW_TILES>
+// INTERLEAVED (mxfp8): see load_ue8m0_step_scales.
+template <int RECIPE, bool INTERLEAVED, bool TOKENS = true, int TOKEN_TILES, int ROW_TILES>
 SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, const u8* const (&w_ptr)[ROW_TILES][2],
                               const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base, const u32 (&w_sfo)[ROW_TILES][2],
                               const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2], const float* b_sfp) {
@@ -254,7 +274,7 @@ SK_DEVICE void fp8_load_stage(Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step, co
     else load_step_blocks<false, 32>(x_ptr[nt] + off, st.x[nt]);
   }
   if (RECIPE == kMxfp8) {
-    load_ue8m0_step_scales<TOKENS>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
+    load_ue8m0_step_scales<TOKENS, INTERLEAVED>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
   } else if (RECIPE == kBlockFp8) {
     st.b_sf = __ldg(b_sfp + step);
 #pragma unroll
@@ -374,14 +394,17 @@ SK_DEVICE void pipelined_steps(int step, int s_end, Stage& st0, Stage& st1, Load
 }
 
 // The FP4 step loop: loop-invariant addresses pinned (pin_in_register), then two register stages
-// of Stage, each filled by load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo).
-template <int STRIDE, class Stage, class WPtrs, class XPtrs, class WOffsets, class XOffsets, class LoadStage, class Compute>
+// of Stage, each filled by load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo)
+// (INTERLEAVED: only w_sfo[0][0] of the weight scale offsets is read).
+template <int STRIDE, class Stage, bool INTERLEAVED, class WPtrs, class XPtrs, class WOffsets, class XOffsets, class LoadStage,
+          class Compute>
 SK_DEVICE void fp4_pipelined_steps(int first_step, int s_end, WPtrs& w_ptr, XPtrs& x_ptr, const void* b_scales,
                                    WOffsets& w_sfo, const void* a_scales, XOffsets& x_sfo, LoadStage load_stage,
                                    Compute compute) {
   const u8* w_sf_base = reinterpret_cast<const u8*>(b_scales);
   const u8* x_sf_base = reinterpret_cast<const u8*>(a_scales);
-  pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
+  if constexpr (INTERLEAVED) pin_in_register(w_ptr, x_ptr, w_sfo[0][0], x_sfo);  // the others are unused
+  else pin_in_register(w_ptr, x_ptr, w_sfo, x_sfo);
   Stage st0, st1;
   auto load = [&](Stage& st, int step) { load_stage(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo); };
   pipelined_steps<STRIDE>(first_step, s_end, st0, st1, load, compute);
@@ -497,7 +520,7 @@ struct Mxfp4Stage {
   u32 x_sf[TOKEN_TILES][2]; // same per token 2t + j
 };
 
-template <int TOKEN_TILES, int ROW_TILES>
+template <bool INTERLEAVED, int TOKEN_TILES, int ROW_TILES>
 SK_DEVICE void mxfp4_load_stage(Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step, const u8* const (&w_ptr)[ROW_TILES][2],
                                 const u8* const (&x_ptr)[TOKEN_TILES], const u8* w_sf_base,
                                 const u32 (&w_sfo)[ROW_TILES][2], const u8* x_sf_base, const u32 (&x_sfo)[TOKEN_TILES][2]) {
@@ -512,7 +535,7 @@ SK_DEVICE void mxfp4_load_stage(Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st, int step
   for (int nt = 0; nt < TOKEN_TILES; ++nt) {
     load_step_blocks<false, 16>(x_ptr[nt] + off, st.x[nt]);
   }
-  load_ue8m0_step_scales<true>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
+  load_ue8m0_step_scales<true, INTERLEAVED>(st.w_sf, st.x_sf, step, w_sf_base, w_sfo, x_sf_base, x_sfo);
 }
 
 template <int TOKEN_TILES, int ROW_TILES>
@@ -535,7 +558,15 @@ SK_DEVICE void mxfp4_compute_stage(const Mxfp4Stage<TOKEN_TILES, ROW_TILES>& st,
   }
 }
 
-// One tile's share of a CTA: steps [s_begin, s_end) of the kRows weight rows from tile * kRows,
+// Interleaved tiles: the swizzled scale words of a lane's rows are read as one vector at its
+// first row's place; a first row past N (every row of the lane then is) reads that place in the
+// last 128-row block, which the swizzled buffer pads, so the load stays in bounds (results
+// discarded).
+SK_DEVICE int interleaved_scale_row(int first_row, int N) {
+  return first_row < N ? first_row : (N - 1) / 128 * 128 + first_row % 128;
+}
+
+// One tile's share of a CTA: steps [s_begin, s_end) of the tile's kRows weight rows (sk_decode_row),
 // warps taking row groups of 16*ROW_TILES rows and the steps of their group round-robin. A whole tile (s_begin 0, s_end num_steps) is
 // stored directly; a split one goes through the tile's partials slot and counter (see
 // gemm/decode_schedule.cuh; first_of_cta: this is the CTA's first tile, slot 2 cta, else 2 cta + 1).
@@ -559,6 +590,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
   // Warp w's share: row group w % ROW_GROUPS, every kPhases-th step from s_begin + w / ROW_GROUPS;
   // its sums go to slice w / ROW_GROUPS of red (the epilogue adds the slices up).
   constexpr int kPhases = WARPS / ROW_GROUPS;
+  constexpr bool kInterleaved = sk_decode_interleaved(RECIPE, ROW_TILES, ROW_GROUPS);
 
   // Laundered per tile, so the lane's address arithmetic is redone per tile instead of hoisted
   // out of the CTA's tile loop and kept live through the step loop (4-6 registers on sm_90a).
@@ -566,7 +598,10 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
   asm volatile("" : "+r"(tid), "+r"(K));
   const int lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int row0 = tile * kRows;
+  // Weight row of tile-local row r: row0 + row_offset(r) (contiguous, or interleaved tiles: see
+  // decode_schedule.cuh); block_fp8 tiles are contiguous, inside one 128-row scale block.
+  const int row0 = sk_decode_tile_base(tile, RECIPE, ROW_TILES, ROW_GROUPS);
+  const auto row_offset = [](int r) { return sk_decode_row_offset(r, RECIPE, ROW_TILES, ROW_GROUPS); };
   const int warp_row0 = warp % ROW_GROUPS * 16 * ROW_TILES;  // the warp's first row in the tile
   const int phase = warp / ROW_GROUPS, first_step = s_begin + phase;
   const long long row_bytes = Traits::row_bytes(K);
@@ -578,7 +613,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
 #pragma unroll
   for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) w_rows[rt][h] = min(row0 + warp_row0 + rt * 16 + h * 8 + g, N - 1);
+    for (int h = 0; h < 2; ++h) w_rows[rt][h] = min(row0 + row_offset(warp_row0 + rt * 16 + h * 8 + g), N - 1);
 
   float acc[ROW_TILES][TOKEN_TILES][4];
   zero_fragments(acc);
@@ -601,6 +636,8 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
         w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + fp8_lane_stride<RECIPE>() * t;
         if (RECIPE == kMxfp8) w_sfo[rt][h] = (u32)swizzled_scale_offset(w_rows[rt][h], 0, (K / 32 + 3) / 4);
       }
+    if constexpr (kInterleaved)
+      w_sfo[0][0] = (u32)swizzled_scale_offset(interleaved_scale_row(row0 + row_offset(warp_row0 + g), N), 0, (K / 32 + 3) / 4);
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
       // BF16 tokens: 2 bytes per element, the same elements (see Fp8Bf16Stage).
@@ -617,7 +654,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     if constexpr (X_BF16) {
       Fp8Bf16Stage<TOKEN_TILES, ROW_TILES> st0, st1;
       auto load = [&](Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
-        fp8_load_stage<RECIPE, false>(st.q, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+        fp8_load_stage<RECIPE, kInterleaved, false>(st.q, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
 #pragma unroll
         for (int nt = 0; nt < TOKEN_TILES; ++nt) {
           const u8* p = x_ptr[nt] + (long long)step * 256;
@@ -635,7 +672,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     } else {
       Fp8Stage<TOKEN_TILES, ROW_TILES> st0, st1;
       auto load = [&](Fp8Stage<TOKEN_TILES, ROW_TILES>& st, int step) {
-        fp8_load_stage<RECIPE>(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
+        fp8_load_stage<RECIPE, kInterleaved>(st, step, w_ptr, x_ptr, w_sf_base, w_sfo, x_sf_base, x_sfo, b_sfp);
       };
       auto compute = [&](const Fp8Stage<TOKEN_TILES, ROW_TILES>& st) { fp8_compute_stage<RECIPE>(st, acc); };
       pipelined_steps<kPhases>(first_step, s_end, st0, st1, load, compute);
@@ -660,7 +697,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
       x_sfo[nt] = (u32)swizzled_scale_offset(m, 2 * t, num_k_tiles);
     }
     using Stage = Nvfp4Stage<TOKEN_TILES, ROW_TILES>;
-    fp4_pipelined_steps<kPhases, Stage>(
+    fp4_pipelined_steps<kPhases, Stage, false>(
         first_step, s_end, w_ptr, x_ptr, b_scales, w_sfo, a_scales, x_sfo,
         [](Stage& st, int step, const auto&... where) { nvfp4_load_stage(st, step, where...); },
         [&](const Stage& st) { nvfp4_compute_stage(st, acc); });
@@ -678,6 +715,8 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
         w_ptr[rt][h] = b_codes + w_rows[rt][h] * row_bytes + 4 * t;
         w_sfo[rt][h] = (u32)swizzled_scale_offset(w_rows[rt][h], 0, num_k_tiles);
       }
+    if constexpr (kInterleaved)
+      w_sfo[0][0] = (u32)swizzled_scale_offset(interleaved_scale_row(row0 + row_offset(warp_row0 + g), N), 0, num_k_tiles);
 #pragma unroll
     for (int nt = 0; nt < TOKEN_TILES; ++nt) {
       x_ptr[nt] = a_codes + min(nt * 8 + g, M - 1) * row_bytes + 4 * t;
@@ -685,9 +724,9 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
       for (int j = 0; j < 2; ++j) x_sfo[nt][j] = (u32)swizzled_scale_offset(min(nt * 8 + 2 * t + j, M - 1), 0, num_k_tiles);
     }
     using Stage = Mxfp4Stage<TOKEN_TILES, ROW_TILES>;
-    fp4_pipelined_steps<kPhases, Stage>(
+    fp4_pipelined_steps<kPhases, Stage, kInterleaved>(
         first_step, s_end, w_ptr, x_ptr, b_scales, w_sfo, a_scales, x_sfo,
-        [](Stage& st, int step, const auto&... where) { mxfp4_load_stage(st, step, where...); },
+        [](Stage& st, int step, const auto&... where) { mxfp4_load_stage<kInterleaved>(st, step, where...); },
         [&](const Stage& st) { mxfp4_compute_stage(st, acc); });
   }
 
@@ -712,7 +751,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
       float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < kPhases; ++w) sum += red[w][r][m];
-      if (row0 + r < N && m < M) store_out<OUT>(c, (long long)m * ldc + row0 + r, sum * out_scale);
+      if (row0 + row_offset(r) < N && m < M) store_out<OUT>(c, (long long)m * ldc + row0 + row_offset(r), sum * out_scale);
     }
     return;
   }
@@ -724,7 +763,7 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kPhases; ++w) sum += red[w][r][m];
-    if (row0 + r < N && m < M) partials[((long long)slot * M + m) * kRows + r] = sum;
+    if (row0 + row_offset(r) < N && m < M) partials[((long long)slot * M + m) * kRows + r] = sum;
   }
   // Hand-over (common/sync.cuh): the barrier orders the CTA's partial stores before thread 0's
   // acq_rel add, which publishes them (release, cumulative through the barrier) and, in the last
@@ -744,10 +783,10 @@ SK_DEVICE void gemv_decode_tile(const u8* __restrict__ a_codes, const void* __re
   const int first_slot = sk_decode_partial_slot(cta_first, tile, num_steps, units, ctas);
   for (int idx = threadIdx.x; idx < kRows * kTokens; idx += WARPS * 32) {
     const int r = idx % kRows, m = idx / kRows;
-    if (row0 + r >= N || m >= M) continue;
+    if (row0 + row_offset(r) >= N || m >= M) continue;
     float sum = __ldcg(partials + ((long long)first_slot * M + m) * kRows + r);
     for (int cta = cta_first + 1; cta <= cta_last; ++cta) sum += __ldcg(partials + ((long long)(2 * cta) * M + m) * kRows + r);
-    store_out<OUT>(c, (long long)m * ldc + row0 + r, sum * out_scale);
+    store_out<OUT>(c, (long long)m * ldc + row0 + row_offset(r), sum * out_scale);
   }
 }
 
@@ -767,7 +806,7 @@ SK_DEVICE void prefetch_first_weight_steps(const u8* __restrict__ b_codes, int N
   if (u_begin >= u_end || r >= kRows) return;
   const int tile = u_begin / num_steps, s0 = u_begin - tile * num_steps;
   const int steps = min(min(num_steps - s0, u_end - u_begin), 2 * WARPS / ROW_GROUPS);
-  const int row = min(tile * kRows + r, N - 1);
+  const int row = min(sk_decode_row(tile, r, RECIPE, ROW_TILES, ROW_GROUPS), N - 1);
   // 16-byte aligned (code arrays are, rows are multiples of 64 bytes) and a multiple of 16 bytes.
   const u8* p = b_codes + row * RecipeTraits<RECIPE>::row_bytes(K) + (long long)s0 * kStepBytes;
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(steps * kStepBytes) : "memory");
@@ -782,7 +821,9 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
                                 float* __restrict__ partials, u32* __restrict__ tile_counters) {
   constexpr int kRows = sk_decode_tile_rows(ROW_TILES, ROW_GROUPS);
   const int num_steps = K / DecodeStep<RECIPE>::kStepK;
-  const int units = (N + kRows - 1) / kRows * num_steps, ctas = (int)gridDim.x;
+  const int tiles = sk_decode_interleaved(RECIPE, ROW_TILES, ROW_GROUPS) ? sk_decode_tiles(N, RECIPE, ROW_TILES, ROW_GROUPS)
+                                                                       : (N + kRows - 1) / kRows;
+  const int units = tiles * num_steps, ctas = (int)gridDim.x;
   const int u_begin = sk_decode_cta_begin((int)blockIdx.x, units, ctas);
   const int u_end = sk_decode_cta_begin((int)blockIdx.x + 1, units, ctas);
   // Launched with SK_LAUNCH_OVERLAP_PREVIOUS: this CTA may be resident before the previous kernel

@@ -224,7 +224,7 @@ static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n,
   const decode_tiling t = decode_tiling_for(r, token_tiles, n, k);
   const int row_tiles = t.row_tiles, groups = t.row_groups;
   const int64_t rows = sk_decode_tile_rows(row_tiles, groups);
-  const int64_t tiles = sk_cdiv(n, rows), sms = sm_count(), steps = k / step_k(r);
+  const int64_t tiles = sk_decode_tiles((int)n, (int)r, row_tiles, groups), sms = sm_count(), steps = k / step_k(r);
   /* split-K: whole tiles, K split until the grid has the target CTAs per SM */
   const int64_t target = (d.ctas_per_sm && d.schedule == SCHEDULE_SPLITK ? d.ctas_per_sm : 2) * sms;
   int64_t splits = tiles >= target ? 1 : sk_cdiv(target, tiles);
@@ -418,7 +418,7 @@ static void gemm_config(sk_gemm_recipe r, int out, int64_t m, int64_t n, int64_t
     c->tmpl[1] = d.warps;
     c->tmpl[2] = t.row_tiles;
     c->tmpl[3] = t.row_groups;
-    c->grid = (sk_dim3){(unsigned)sk_cdiv(n, sk_decode_tile_rows(t.row_tiles, t.row_groups)), 1, 1};
+    c->grid = (sk_dim3){(unsigned)sk_decode_tiles((int)n, (int)r, t.row_tiles, t.row_groups), 1, 1};
     c->block = (sk_dim3){32u * (unsigned)d.warps, 1, 1};
   } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
     const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
