@@ -13,6 +13,9 @@
 //                 (WARPS/ROW_GROUPS)-th K step from w / ROW_GROUPS. 1: the warps split the tile's
 //                 K steps round-robin; > 1: the warps of a K phase load the same token bytes at
 //                 about the same time, for L1 to serve all but the first (see "Token traffic").
+//   Tiles: local row r of tile T is weight row sk_decode_row(T, r) (gemm/decode_schedule.cuh):
+//     contiguous, or interleaved for mxfp8 / mxfp4 (a lane's rows 32 apart, so one vector load
+//     fetches their swizzled scale words); tiles = sk_decode_tiles(N).
 //   __global__ void sk::gemm::gemv_decode<...>(
 //       const u8* a_codes,     // A [M, K]: E2M1 packed (K/2 bytes/row) or E4M3 (K bytes/row)
 //       const void* a_scales,  // swizzled u8 (nvfp4/mx), fp32 [M, K/128] (block_fp8), unused (tensor_fp8)
@@ -23,10 +26,10 @@
 //       int M, int N, int K, int ldc,
 //       float* partials,       // 2 * gridDim.x * M * tile rows floats when a tile may be split
 //                              //   (sk_decode_may_split_tiles); else unused (may be null)
-//       u32* tile_counters)    // same condition: ceil(N / tile rows) u32, zero before the first
+//       u32* tile_counters)    // same condition: `tiles` u32, zero before the first
 //                              //   launch; every launch leaves them zero again (graph-replay safe)
 //   grid  = (ctas, 1, 1), 1 <= ctas <= units: CTA c takes the contiguous (tile, 128-K step) work
-//     units [c*units/ctas, (c+1)*units/ctas), units = ceil(N / tile rows) * K/128 < 2^31
+//     units [c*units/ctas, (c+1)*units/ctas), units = tiles * K/128 < 2^31
 //     (gemm/decode_schedule.cuh; ctas = tiles gives one whole tile per CTA, no partials)
 //   block = (32*WARPS, 1, 1); __launch_bounds__ sk_decode_ctas_per_sm CTAs per SM
 //   dynamic shared memory: 0 (static: WARPS*ROW_TILES*16*TOKEN_TILES*8*4 bytes + 4)
