@@ -622,9 +622,9 @@ static void memo_add(uint64_t id, sk_kernel *k) {
   pthread_mutex_unlock(&memo_lock);
 }
 
-/* fused: gemm.mxfp8_linear's decode kernel (linear_config), x->ac holding BF16 tokens. */
+/* fused: gemm.mxfp8_linear's decode kernel (linear_config), x->ac holding BF16 tokens. The caller
+ * has run check_env_overrides (once per API call). */
 static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *workspace, size_t ws_bytes, void *stream) {
-  SK_TRY(check_env_overrides());
   const char *arch;
   SK_TRY(device_arch(&arch));
   gemm_cfg cfg;
@@ -641,12 +641,20 @@ static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *wo
   return launch_decode(kern, &cfg, x, &d, stream);
 }
 
-SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
-                            const DLTensor *b_codes, const DLTensor *b_scales, const DLTensor *alpha,
-                            const DLTensor *c, void *workspace, size_t workspace_bytes, void *stream) {
+/* sk_gemm_mm after check_env_overrides. */
+static sk_status mm_checked(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
+                            const DLTensor *b_codes, const DLTensor *b_scales, const DLTensor *alpha, const DLTensor *c,
+                            void *workspace, size_t workspace_bytes, void *stream) {
   mm_args x;
   SK_TRY(validate(recipe, a_codes, a_scales, b_codes, b_scales, alpha, c, &x));
   return launch(recipe, false, &x, workspace, workspace_bytes, stream);
+}
+
+SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
+                            const DLTensor *b_codes, const DLTensor *b_scales, const DLTensor *alpha,
+                            const DLTensor *c, void *workspace, size_t workspace_bytes, void *stream) {
+  SK_TRY(check_env_overrides());
+  return mm_checked(recipe, a_codes, a_scales, b_codes, b_scales, alpha, c, workspace, workspace_bytes, stream);
 }
 
 /* The checks shared by prewarm and describe (`what` names the call in messages): recipe, output
@@ -840,8 +848,8 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
     if (s != SK_OK) return sk_wrap_error(s, "gemm.mxfp8_linear");
   }
   char *rest = (char *)workspace + mxfp8_act_bytes(m, k);
-  return sk_gemm_mm(SK_GEMM_MXFP8, &tc, &ts, w_codes, w_scales, alpha, out, rest,
-                    workspace_bytes - mxfp8_act_bytes(m, k), stream);
+  return mm_checked(SK_GEMM_MXFP8, &tc, &ts, w_codes, w_scales, alpha, out, rest, workspace_bytes - mxfp8_act_bytes(m, k),
+                    stream);
 }
 
 SK_API sk_status sk_gemm_tensor_fp8_linear(const DLTensor *x_codes, const DLTensor *w_codes, const DLTensor *alpha,
