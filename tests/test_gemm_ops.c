@@ -484,6 +484,23 @@ Test(gemm_ops, describe_names_what_mm_launches) {
   cr_assert(strstr(sk_last_error_message(), "K = 100"), "%s", sk_last_error_message());
   cr_assert_eq(sk_gemm_describe(SK_GEMM_NVFP4, SK_DTYPE_BF16, 1, 128, 128, "sm120", &info), SK_ERR_INVALID_ARGUMENT);
   cr_assert(strstr(sk_last_error_message(), "sm120"), "%s", sk_last_error_message());
+  /* Weights past the kernels' 32-bit work counters: refused everywhere, never wrapped. */
+  const int64_t big[][2] = {{INT32_MAX - 100, 128}, {(int64_t)1 << 24, (int64_t)1 << 30}, {(int64_t)1 << 28, 1 << 17}};
+  for (size_t i = 0; i < sizeof big / sizeof *big; i++) {
+    cr_assert_eq(sk_gemm_describe(SK_GEMM_MXFP8, SK_DTYPE_BF16, 1, big[i][0], big[i][1], "sm_120a", &info),
+                 SK_ERR_INVALID_ARGUMENT, "N %lld K %lld", (long long)big[i][0], (long long)big[i][1]);
+    cr_assert(strstr(sk_last_error_message(), "32-bit work counters"), "%s", sk_last_error_message());
+    const int64_t one = 1;
+    cr_assert_eq(sk_gemm_prewarm(SK_GEMM_NVFP4, SK_DTYPE_BF16, &one, 1, big[i][0], big[i][1], "sm_120a"), SK_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(sk_gemm_workspace_bytes(SK_GEMM_TENSOR_FP8, 1, big[i][0], big[i][1]), 0u);
+    sk_block_fp8_linear_caps caps = {big[i][0], big[i][1], 1, SK_DTYPE_BF16, "sm_120a"};
+    sk_block_fp8_linear_plan *plan = (sk_block_fp8_linear_plan *)1;
+    cr_assert_eq(sk_block_fp8_linear_plan_create(&caps, &plan), SK_ERR_INVALID_ARGUMENT);
+    cr_assert_null(plan);
+  }
+  /* The largest accepted decode problems still describe (no compile: describe only names them). */
+  cr_assert_eq(sk_gemm_describe(SK_GEMM_MXFP8, SK_DTYPE_BF16, 16, INT32_MAX - 256, 128, "sm_120a", &info), SK_OK, "%s",
+               sk_last_error_message());
 }
 
 /* gemm.mxfp8_linear's workspace: by default (quantize + mm) the MXFP8 activations (codes and

@@ -45,7 +45,8 @@ typedef enum sk_gemm_recipe {
 /** Whether gemm.blockscaled runs `recipe` on `arch` (sm_89+; needs no GPU). 1 or 0. */
 SK_API int sk_gemm_is_supported(sk_gemm_recipe recipe, const char *arch);
 
-/** Bytes of the optional decode workspace for M x N x K (0 when split-K would not help). The
+/** Bytes of the optional decode workspace for M x N x K (0 when split-K would not help, and for
+ *  a shape mm refuses: M outside 1..16, K not a multiple of 128 up to 2^30, N x K too large). The
  *  caller allocates it (256-byte aligned), zeroes it ONCE (cudaMemset 0), and may then reuse it
  *  for any later call with the same or smaller M*N: every launch leaves its counters at zero. */
 SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k);
@@ -88,7 +89,9 @@ SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m
  *  @param stream    CUstream / cudaStream_t (NULL = legacy default stream)
  *  Resolves the kernel configuration on first use (compiles if needed): after a freeze, only
  *  configurations warmed before it run. Errors: SK_ERR_INVALID_ARGUMENT (shapes, dtypes,
- *  alignment: codes 16-byte, scales 4-byte aligned), SK_ERR_UNSUPPORTED, resolution errors. */
+ *  alignment: codes 16-byte, scales 4-byte aligned; B too large for the kernels' 32-bit work
+ *  counters: N > 2^31 - 257 or (N/16 + 4) x K/128 >= 2^31, which no weight in memory reaches),
+ *  SK_ERR_UNSUPPORTED, resolution errors. */
 SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, const DLTensor *a_scales,
                             const DLTensor *b_codes, const DLTensor *b_scales, const DLTensor *alpha,
                             const DLTensor *c, void *workspace, size_t workspace_bytes, void *stream);
@@ -96,7 +99,8 @@ SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, cons
 /** Resolve (compile or load) every kernel configuration mm uses for the listed M values with
  *  this recipe, output dtype (SK_DTYPE_BF16/FP16/FP32), N and K. arch NULL = current device.
  *  Call before sk_freeze_kernel_resolution. Errors: SK_ERR_INVALID_ARGUMENT (bad recipe or
- *  dtype, no or non-positive M values, N < 1, K not a positive multiple of 128, a malformed arch
+ *  dtype, no or non-positive M values, N < 1, K not a positive multiple of 128, N x K beyond
+ *  the 32-bit work counters (as sk_gemm_mm), a malformed arch
  *  string or SPARKINFER_GEMM_* override), resolution errors (compile failure,
  *  SK_ERR_KERNEL_RESOLUTION_FROZEN after a freeze). Thread safety: any thread. */
 SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
@@ -168,7 +172,11 @@ typedef struct sk_block_fp8_linear_plan sk_block_fp8_linear_plan;
 
 /** Whether gemm.block_fp8_linear runs on `arch` (sm_89+). Needs no GPU. */
 SK_API int sk_block_fp8_linear_is_supported(const char *arch);
-/** Validate caps and resolve the quantizer and every GEMM kernel M in 1..max_m can use. */
+/** Validate caps and resolve the quantizer and every GEMM kernel M in 1..max_m can use.
+ *  Errors: SK_ERR_INVALID_ARGUMENT (NULL caps or plan, N < 1, K not a positive multiple of 128
+ *  up to 2^30, N x K beyond the kernels' 32-bit work counters as sk_gemm_mm, max_m * K > 2^34, a
+ *  bad out dtype or arch), resolution errors (as sk_gemm_prewarm); *plan is NULL on error.
+ *  Thread safety: any thread. */
 SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps *caps,
                                                  sk_block_fp8_linear_plan **plan);
 /** Scratch: the quantized activations (max_m*K codes, max_m*K/128 fp32 scales) and the decode

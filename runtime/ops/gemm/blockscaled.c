@@ -211,6 +211,14 @@ static decode_tiling decode_tiling_for(sk_gemm_recipe r, int token_tiles, int64_
   return (decode_tiling){row_tiles, decode_row_groups(r, token_tiles, n, k, row_tiles)};
 }
 
+/* Whether a weight of n rows and k columns (k a multiple of 128 up to 2^30) fits the kernels'
+ * 32-bit work counters: decode work units (tiles of at least 16 rows, sk_decode_tiles rounding up
+ * by at most 3 more, x 128-K steps) below 2^31, and n with room for a tile's rounding. Any weight
+ * that fits in memory does; absurd shapes are refused instead of overflowing. */
+static bool weight_shape_fits(int64_t n, int64_t k) {
+  return n >= 1 && n <= INT32_MAX - 256 && (n / 16 + 4) * (k / 128) < ((int64_t)1 << 31);
+}
+
 /* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
  * `may_split`: some tile may be shared by CTAs (then partials and counters are needed). */
 typedef struct decode_grid {
@@ -259,7 +267,9 @@ static size_t decode_workspace_need(int64_t tiles, int64_t ctas, int64_t m, int6
 /* Sized for the larger grid of the two token-tile variants, so that it never shrinks as M grows
  * (a buffer sized for some M serves every smaller one). */
 SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k) {
-  if (!recipe_valid(recipe) || m < 1 || n < 1 || k < 128 || m > DECODE_MAX_M) return 0;
+  if (!recipe_valid(recipe) || m < 1 || k < 128 || k % 128 || k > ((int64_t)1 << 30) || !weight_shape_fits(n, k) ||
+      m > DECODE_MAX_M)
+    return 0;
   const decode_grid g1 = decode_schedule(recipe, 1, n, k), g2 = decode_schedule(recipe, 2, n, k);
   if (!g1.may_split && !g2.may_split) return 0;
   const size_t need1 = g1.may_split ? decode_workspace_need(g1.tiles, g1.ctas, m, g1.rows_per_tile) : 0,
@@ -548,6 +558,9 @@ static sk_status validate(sk_gemm_recipe r, const DLTensor *a_codes, const DLTen
   SK_TRY(check_operand(r, "b", b_codes, b_scales, k, true, &x->n, &x->bc, &x->bs));
   if (x->m > INT32_MAX || x->n > INT32_MAX || x->m * x->n > ((int64_t)1 << 40))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": M x N = %lld x %lld is too large", (long long)x->m, (long long)x->n);
+  if (!weight_shape_fits(x->n, k))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": B [N, K] = [%lld, %lld] is too large for 32-bit work counters",
+                        (long long)x->n, (long long)k);
   x->k = k;
   x->alpha = NULL;
   if (alpha) {
@@ -663,8 +676,10 @@ static sk_status check_problem(const char *what, sk_gemm_recipe recipe, sk_dtype
                                const char **arch, char buf[SK_MAX_ARCH]) {
   if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: unknown recipe", what);
   if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: bad out dtype", what);
-  if (n < 1 || n > INT32_MAX || k < 128 || k % 128 || k > ((int64_t)1 << 30))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: N = %lld, K = %lld: need N >= 1 and K a positive multiple of 128",
+  if (n < 1 || k < 128 || k % 128 || k > ((int64_t)1 << 30) || !weight_shape_fits(n, k))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "%s: N = %lld, K = %lld: need N >= 1, K a positive multiple of 128 up to 2^30, and N x K "
+                        "within 32-bit work counters",
                         what, (long long)n, (long long)k);
   SK_TRY(check_env_overrides());
   if (!*arch) {
@@ -961,8 +976,10 @@ SK_API int sk_block_fp8_linear_is_supported(const char *arch) { return sk_gemm_i
 SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps *caps, sk_block_fp8_linear_plan **out) {
   if (!caps || !out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": caps or plan out-pointer is NULL");
   *out = NULL;
-  if (caps->n < 1 || caps->n > INT32_MAX || caps->k < 128 || caps->k % 128 || caps->k > ((int64_t)1 << 30))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": N = %lld must be >= 1 and K = %lld a positive multiple of 128",
+  if (caps->k < 128 || caps->k % 128 || caps->k > ((int64_t)1 << 30) || !weight_shape_fits(caps->n, caps->k))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        BFP8_OP ": N = %lld must be >= 1 and K = %lld a positive multiple of 128 (up to 2^30), with "
+                        "N x K within 32-bit work counters",
                         (long long)caps->n, (long long)caps->k);
   if (caps->max_m < 1 || caps->max_m > ((int64_t)1 << 34) / caps->k)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": max_m = %lld must be >= 1 with max_m*K <= 2^34",
