@@ -822,11 +822,8 @@ SK_DEVICE void gemv_decode_body(const u8* __restrict__ a_codes, const void* __re
                                 const u8* __restrict__ b_codes, const void* __restrict__ b_scales,
                                 const float* __restrict__ alpha, void* __restrict__ c, int M, int N, int K, int ldc,
                                 float* __restrict__ partials, u32* __restrict__ tile_counters) {
-  constexpr int kRows = sk_decode_tile_rows(ROW_TILES, ROW_GROUPS);
   const int num_steps = K / DecodeStep<RECIPE>::kStepK;
-  const int tiles = sk_decode_interleaved(RECIPE, ROW_TILES, ROW_GROUPS) ? sk_decode_tiles(N, RECIPE, ROW_TILES, ROW_GROUPS)
-                                                                       : (N + kRows - 1) / kRows;
-  const int units = tiles * num_steps, ctas = (int)gridDim.x;
+  const int units = sk_decode_tiles(N, RECIPE, ROW_TILES, ROW_GROUPS) * num_steps, ctas = (int)gridDim.x;
   const int u_begin = sk_decode_cta_begin((int)blockIdx.x, units, ctas);
   const int u_end = sk_decode_cta_begin((int)blockIdx.x + 1, units, ctas);
   // Launched with SK_LAUNCH_OVERLAP_PREVIOUS: this CTA may be resident before the previous kernel
