@@ -498,6 +498,17 @@ Test(gemm_ops, describe_names_what_mm_launches) {
     cr_assert_eq(sk_block_fp8_linear_plan_create(&caps, &plan), SK_ERR_INVALID_ARGUMENT);
     cr_assert_null(plan);
   }
+  /* The manifest builders apply the same rule (sk-warm: a bad manifest, exit status 2). */
+  char *warm_out = NULL;
+  cr_assert_eq(tu_warm_dry_run("{\"op\":\"gemm.blockscaled\",\"caps\":{\"recipe\":\"nvfp4\",\"n\":2147483600,\"k\":128,"
+                               "\"m\":[1]}}",
+                               "sm_120a", &warm_out),
+               2, "%s", warm_out);
+  free(warm_out);
+  cr_assert_eq(tu_warm_dry_run("{\"op\":\"gemm.block_fp8_linear\",\"caps\":{\"n\":16777216,\"k\":1073741824,\"max_m\":1}}",
+                               "sm_120a", &warm_out),
+               2, "%s", warm_out);
+  free(warm_out);
   /* The largest accepted decode problems still describe (no compile: describe only names them). */
   cr_assert_eq(sk_gemm_describe(SK_GEMM_MXFP8, SK_DTYPE_BF16, 16, INT32_MAX - 256, 128, "sm_120a", &info), SK_OK, "%s",
                sk_last_error_message());

@@ -129,7 +129,8 @@ SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe recipe, int64_t n, int64_t 
  *  (bitwise equal to the two launches; measured slower on the H200, docs/ops/gemm.md); the
  *  workspace then only holds mm's K-split partials and may be 0 bytes (NULL). Size:
  *  sk_gemm_mxfp8_linear_workspace_bytes (zeroed once; a larger workspace is fine; it follows
- *  that variable, read once per process). */
+ *  that variable, read once per process; 0 for M < 1 or a weight shape mm refuses). Thread
+ *  safety: any thread. */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k);
 /** Errors as sk_gemm_mm, plus SK_ERR_INVALID_ARGUMENT for a missing or short workspace. One
  *  launch (fused, M <= 8) or two (quantize, GEMM) on `stream`; the workspace must not be shared by

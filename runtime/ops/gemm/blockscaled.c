@@ -211,12 +211,15 @@ static decode_tiling decode_tiling_for(sk_gemm_recipe r, int token_tiles, int64_
   return (decode_tiling){row_tiles, decode_row_groups(r, token_tiles, n, k, row_tiles)};
 }
 
-/* Whether a weight of n rows and k columns (k a multiple of 128 up to 2^30) fits the kernels'
- * 32-bit work counters: decode work units (tiles of at least 16 rows, sk_decode_tiles rounding up
- * by at most 3 more, x 128-K steps) below 2^31, and n with room for a tile's rounding. Any weight
- * that fits in memory does; absurd shapes are refused instead of overflowing. */
+/* The weight shapes every entry point accepts (one rule, so none of them can pass a shape another
+ * refuses): n >= 1, k a positive multiple of 128 up to 2^30, and the kernels' 32-bit work counters
+ * big enough: decode work units (tiles of at least 16 rows, sk_decode_tiles rounding up by at most
+ * 3 more, x 128-K steps) below 2^31 and n with room for a tile's rounding. Any weight that fits in
+ * memory passes the last two; absurd shapes are refused instead of overflowing. */
+#define WEIGHT_SHAPE_RULE "N >= 1, K a positive multiple of 128 up to 2^30, N x K within 32-bit work counters"
 static bool weight_shape_fits(int64_t n, int64_t k) {
-  return n >= 1 && n <= INT32_MAX - 256 && (n / 16 + 4) * (k / 128) < ((int64_t)1 << 31);
+  return n >= 1 && n <= INT32_MAX - 256 && k >= 128 && k % 128 == 0 && k <= ((int64_t)1 << 30) &&
+         (n / 16 + 4) * (k / 128) < ((int64_t)1 << 31);
 }
 
 /* The decode grid: `ctas` CTAs over the tiles x steps work units (1 <= ctas <= units);
@@ -227,9 +230,8 @@ typedef struct decode_grid {
   int64_t rows_per_tile; /* sk_decode_tile_rows */
 } decode_grid;
 
-static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k) {
+static decode_grid decode_schedule(sk_gemm_recipe r, int token_tiles, int64_t n, int64_t k, decode_tiling t) {
   const decode_cfg d = decode_config();
-  const decode_tiling t = decode_tiling_for(r, token_tiles, n, k);
   const int row_tiles = t.row_tiles, groups = t.row_groups;
   const int64_t rows = sk_decode_tile_rows(row_tiles, groups);
   const int64_t tiles = sk_decode_tiles((int)n, (int)r, row_tiles, groups), sms = sm_count(), steps = k / step_k(r);
@@ -267,26 +269,26 @@ static size_t decode_workspace_need(int64_t tiles, int64_t ctas, int64_t m, int6
 /* Sized for the larger grid of the two token-tile variants, so that it never shrinks as M grows
  * (a buffer sized for some M serves every smaller one). */
 SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t n, int64_t k) {
-  if (!recipe_valid(recipe) || m < 1 || k < 128 || k % 128 || k > ((int64_t)1 << 30) || !weight_shape_fits(n, k) ||
-      m > DECODE_MAX_M)
-    return 0;
-  const decode_grid g1 = decode_schedule(recipe, 1, n, k), g2 = decode_schedule(recipe, 2, n, k);
+  if (!recipe_valid(recipe) || m < 1 || m > DECODE_MAX_M || !weight_shape_fits(n, k)) return 0;
+  const decode_grid g1 = decode_schedule(recipe, 1, n, k, decode_tiling_for(recipe, 1, n, k)),
+                    g2 = decode_schedule(recipe, 2, n, k, decode_tiling_for(recipe, 2, n, k));
   if (!g1.may_split && !g2.may_split) return 0;
   const size_t need1 = g1.may_split ? decode_workspace_need(g1.tiles, g1.ctas, m, g1.rows_per_tile) : 0,
                need2 = g2.may_split ? decode_workspace_need(g2.tiles, g2.ctas, m, g2.rows_per_tile) : 0;
   return need1 > need2 ? need1 : need2;
 }
 
-/* One decode launch: its CTAs and workspace views. Without a (large enough, aligned) workspace a
- * split grid falls back to a whole tile per CTA (every weight byte still read once). */
+/* One decode launch: its CTAs and workspace views, for the tiling its kernel was configured with
+ * (gemm_config's; not decided again). Without a (large enough, aligned) workspace a split grid
+ * falls back to a whole tile per CTA (every weight byte still read once). */
 typedef struct decode_launch {
   int64_t ctas;
   void *partials, *counters;
 } decode_launch;
 
-static decode_launch decode_launch_for(sk_gemm_recipe r, int64_t m, int64_t n, int64_t k, void *workspace,
-                                       size_t ws_bytes) {
-  const decode_grid g = decode_schedule(r, m <= 8 ? 1 : 2, n, k);
+static decode_launch decode_launch_for(sk_gemm_recipe r, int64_t m, int64_t n, int64_t k, decode_tiling t,
+                                       void *workspace, size_t ws_bytes) {
+  const decode_grid g = decode_schedule(r, m <= 8 ? 1 : 2, n, k, t);
   if (!g.may_split) return (decode_launch){g.ctas, NULL, NULL};
   if (!workspace || ws_bytes < decode_workspace_need(g.tiles, g.ctas, m, g.rows_per_tile) || (uintptr_t)workspace % WS_ALIGN)
     return (decode_launch){g.tiles, NULL, NULL};
@@ -385,6 +387,10 @@ typedef struct gemm_cfg {
 } gemm_cfg;
 
 static const char *const path_sources[] = {DECODE_SOURCE, TILED_SOURCE, SM120_SOURCE, DECODE_SOURCE};
+
+/* The decode tiling a decode or fused configuration was built with (gemm_config: tmpl[2] row
+ * tiles, tmpl[3] row groups). */
+static decode_tiling cfg_decode_tiling(const gemm_cfg *c) { return (decode_tiling){c->tmpl[2], c->tmpl[3]}; }
 
 static uint64_t cfg_id(const gemm_cfg *c) {
   uint64_t id = (uint64_t)1 << 63 | (uint64_t)c->path << 56 | (uint64_t)c->recipe << 52 | (uint64_t)c->out << 48;
@@ -559,8 +565,8 @@ static sk_status validate(sk_gemm_recipe r, const DLTensor *a_codes, const DLTen
   if (x->m > INT32_MAX || x->n > INT32_MAX || x->m * x->n > ((int64_t)1 << 40))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": M x N = %lld x %lld is too large", (long long)x->m, (long long)x->n);
   if (!weight_shape_fits(x->n, k))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": B [N, K] = [%lld, %lld] is too large for 32-bit work counters",
-                        (long long)x->n, (long long)k);
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": B [N, K] = [%lld, %lld]: need " WEIGHT_SHAPE_RULE, (long long)x->n,
+                        (long long)k);
   x->k = k;
   x->alpha = NULL;
   if (alpha) {
@@ -650,7 +656,7 @@ static sk_status launch(sk_gemm_recipe r, bool fused, const mm_args *x, void *wo
     memo_add(id, kern);
   }
   if (!path_is_decode(cfg.path)) return launch_tiled(kern, &cfg, x, stream);
-  const decode_launch d = decode_launch_for(r, x->m, x->n, x->k, workspace, ws_bytes);
+  const decode_launch d = decode_launch_for(r, x->m, x->n, x->k, cfg_decode_tiling(&cfg), workspace, ws_bytes);
   return launch_decode(kern, &cfg, x, &d, stream);
 }
 
@@ -676,11 +682,9 @@ static sk_status check_problem(const char *what, sk_gemm_recipe recipe, sk_dtype
                                const char **arch, char buf[SK_MAX_ARCH]) {
   if (!recipe_valid(recipe)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: unknown recipe", what);
   if (out < SK_DTYPE_BF16 || out > SK_DTYPE_FP32) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: bad out dtype", what);
-  if (n < 1 || k < 128 || k % 128 || k > ((int64_t)1 << 30) || !weight_shape_fits(n, k))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
-                        "%s: N = %lld, K = %lld: need N >= 1, K a positive multiple of 128 up to 2^30, and N x K "
-                        "within 32-bit work counters",
-                        what, (long long)n, (long long)k);
+  if (!weight_shape_fits(n, k))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: N = %lld, K = %lld: need " WEIGHT_SHAPE_RULE, what, (long long)n,
+                        (long long)k);
   SK_TRY(check_env_overrides());
   if (!*arch) {
     SK_TRY(sk_device_arch(-1, buf, SK_MAX_ARCH));
@@ -728,7 +732,8 @@ SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m
   cfg_strings(&cfg, info->name, info->params);
   snprintf(info->source, sizeof info->source, "%s", path_sources[cfg.path]);
   info->grid = cfg.grid;
-  if (path_is_decode(cfg.path)) info->grid.x = (unsigned)decode_schedule(recipe, m <= 8 ? 1 : 2, n, k).ctas;
+  if (path_is_decode(cfg.path))
+    info->grid.x = (unsigned)decode_schedule(recipe, m <= 8 ? 1 : 2, n, k, cfg_decode_tiling(&cfg)).ctas;
   info->block = cfg.block;
   info->smem_bytes = cfg.smem;
   info->workspace_bytes = sk_gemm_workspace_bytes(recipe, m, n, k);
@@ -804,7 +809,7 @@ static size_t mxfp8_act_bytes(int64_t m, int64_t k) {
 /* The quantized activations and mm's K-split partials; fused (linear_fuses), the partials only
  * (0 bytes when it does not split). */
 SK_API size_t sk_gemm_mxfp8_linear_workspace_bytes(int64_t m, int64_t n, int64_t k) {
-  if (m < 1 || n < 1 || k < 128 || k % 128) return 0;
+  if (m < 1 || !weight_shape_fits(n, k)) return 0;
   return (linear_fuses(m) ? 0 : mxfp8_act_bytes(m, k)) + sk_gemm_workspace_bytes(SK_GEMM_MXFP8, m, n, k);
 }
 
@@ -904,6 +909,8 @@ static sk_status requests_for(const cJSON *j, const char *arch, int forced, sk_r
   if (!cJSON_IsNumber(kj) || !(kj->valuedouble >= 128 && kj->valuedouble <= 1073741824.0) || fmod(kj->valuedouble, 128) != 0)
     return sk_set_error(SK_ERR_MANIFEST, "caps.k: expected a positive multiple of 128 (the padded K of the weight)");
   const int64_t k = (int64_t)kj->valuedouble;
+  if (!weight_shape_fits((int64_t)nj->valuedouble, k))
+    return sk_set_error(SK_ERR_MANIFEST, "caps: N = %.0f, K = %lld: need " WEIGHT_SHAPE_RULE, nj->valuedouble, (long long)k);
   if (!cJSON_IsArray(mj) || !cJSON_GetArraySize(mj)) return sk_set_error(SK_ERR_MANIFEST, "caps.m: expected an array of M values");
   cJSON_ArrayForEach(it, mj) {
     if (!cJSON_IsNumber(it) || !(it->valuedouble >= 1 && it->valuedouble <= 2147483647.0))
@@ -973,20 +980,23 @@ static int bfp8_regime(int64_t m) { return m <= 8 ? BFP8_DECODE8 : m <= 16 ? BFP
 
 SK_API int sk_block_fp8_linear_is_supported(const char *arch) { return sk_gemm_is_supported(SK_GEMM_BLOCK_FP8, arch); }
 
-SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps *caps, sk_block_fp8_linear_plan **out) {
-  if (!caps || !out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": caps or plan out-pointer is NULL");
-  *out = NULL;
-  if (caps->k < 128 || caps->k % 128 || caps->k > ((int64_t)1 << 30) || !weight_shape_fits(caps->n, caps->k))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
-                        BFP8_OP ": N = %lld must be >= 1 and K = %lld a positive multiple of 128 (up to 2^30), with "
-                        "N x K within 32-bit work counters",
+/* The caps rules of gemm.block_fp8_linear (plan_create and its manifest builder). */
+static sk_status bfp8_caps_check(const sk_block_fp8_linear_caps *caps) {
+  if (!weight_shape_fits(caps->n, caps->k))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": N = %lld, K = %lld: need " WEIGHT_SHAPE_RULE,
                         (long long)caps->n, (long long)caps->k);
   if (caps->max_m < 1 || caps->max_m > ((int64_t)1 << 34) / caps->k)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": max_m = %lld must be >= 1 with max_m*K <= 2^34",
                         (long long)caps->max_m);
   if (caps->out < SK_DTYPE_BF16 || caps->out > SK_DTYPE_FP32)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": out must be SK_DTYPE_BF16, _FP16 or _FP32");
-  SK_TRY(check_env_overrides());
+  return check_env_overrides();
+}
+
+SK_API sk_status sk_block_fp8_linear_plan_create(const sk_block_fp8_linear_caps *caps, sk_block_fp8_linear_plan **out) {
+  if (!caps || !out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, BFP8_OP ": caps or plan out-pointer is NULL");
+  *out = NULL;
+  SK_TRY(bfp8_caps_check(caps));
   sk_block_fp8_linear_plan *p = calloc(1, sizeof *p);
   if (!p) return sk_set_error(SK_ERR_OUT_OF_MEMORY, BFP8_OP ": out of memory");
   p->caps = *caps;
@@ -1064,7 +1074,8 @@ SK_API sk_status sk_block_fp8_linear_bind(const sk_block_fp8_linear_plan *p, con
    * M blocks, so run only launches. */
   const gemm_cfg *cfg = &p->cfg[b.dim[1]];
   if (path_is_decode(cfg->path)) {
-    const decode_launch d = decode_launch_for(SK_GEMM_BLOCK_FP8, m, n, k, views[p->r_ws], p->scratch.size[p->r_ws]);
+    const decode_launch d =
+        decode_launch_for(SK_GEMM_BLOCK_FP8, m, n, k, cfg_decode_tiling(cfg), views[p->r_ws], p->scratch.size[p->r_ws]);
     b.dim[2] = d.ctas;
     b.ptr[6] = d.partials;
     b.ptr[7] = d.counters;
@@ -1098,7 +1109,6 @@ SK_API sk_status sk_block_fp8_linear_run(const sk_block_fp8_linear_plan *p, cons
 static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list *out) {
   static const char *const fields[] = {"n", "k", "max_m", "out", NULL};
   SK_TRY(sk_json_check_fields(j, "caps", fields));
-  SK_TRY(check_env_overrides());
   const cJSON *nj = cJSON_GetObjectItemCaseSensitive(j, "n"), *kj = cJSON_GetObjectItemCaseSensitive(j, "k"),
               *mj = cJSON_GetObjectItemCaseSensitive(j, "max_m"), *oj = cJSON_GetObjectItemCaseSensitive(j, "out");
   if (!cJSON_IsNumber(nj) || !(nj->valuedouble >= 1 && nj->valuedouble < 2147483648.0))
@@ -1114,6 +1124,11 @@ static sk_status bfp8_requests(const cJSON *j, const char *arch, sk_request_list
       if (!strcmp(oj->valuestring, out_names[i])) o = i;
     if (o < 0) return sk_set_error(SK_ERR_MANIFEST, "caps.out: expected bf16, fp16 or fp32");
   }
+  /* then plan_create's rules, refused as a manifest error (a bad override keeps its own status) */
+  SK_TRY(check_env_overrides());
+  const sk_block_fp8_linear_caps caps = {(int64_t)nj->valuedouble, (int64_t)kj->valuedouble, (int64_t)mj->valuedouble,
+                                         (sk_dtype)o, arch};
+  if (bfp8_caps_check(&caps) != SK_OK) return sk_set_error(SK_ERR_MANIFEST, "caps: %s", sk_last_error_message());
   sk_kernel_request q = {BFP8_OP, ACTQ_SOURCE, ACTQ_NAME, "cvt=hw", arch, NULL, 0, 0};
   SK_TRY(sk_request_list_add(out, &q));
   for (int i = 0; i <= bfp8_regime((int64_t)mj->valuedouble); i++) {
