@@ -36,7 +36,7 @@
 //              sk_qsplit_units(M, K/8, 2) of them; CTA b takes units b, b + g, ...; a unit is four
 //              8-value chunks per thread (rows r, r+32, r+64, r+96 of one column), loaded before
 //              any arithmetic. The host (quant_rows_grid -> sk_qsplit_grid) launches about
-//              U / (chunks per thread / 4) CTAs (16 chunks for nvfp4: 4 units per CTA), at least
+//              U / (chunks per thread / 4) CTAs (8 chunks for nvfp4: 2 units per CTA), at least
 //              min(U, 4 CTAs per SM). GS_MODE 2: g must be 1 (else the kernel traps).
 //   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
 //     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
@@ -64,6 +64,8 @@
 // two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs; 1 / (e4m3(scale) / gs) is looked up in
 // a per-CTA table of the 256 scale bytes (no division per block), filled by 128 threads with
 // one division each (hardware E4M3 decode, the negative byte by exact negation).
+// A full warp does a whole unit at once (nvfp4_quantize_unit_split): the two lanes of a block
+// split its per-block work instead of both doing it, and one vote covers the four chunks.
 #pragma once
 #include "common/defs.cuh"
 #include "common/sync.cuh"
@@ -291,6 +293,65 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, Nvfp4ScaleRule rule,
   return {packed, scale};
 }
 
+// The four chunks of a unit through nvfp4_encode_signed_by_input (one branch for all four).
+template <typename T, bool SATURATE>
+SK_DEVICE void nvfp4_encode_unit_signed_by_input(const uint4 (&raw)[kQuantChunksPerThread],
+                                                 const float (&eff)[kQuantChunksPerThread],
+                                                 u32 (&packed)[kQuantChunksPerThread]) {
+#pragma unroll
+  for (int j = 0; j < kQuantChunksPerThread; j++) {
+    float v[8];
+    widen8<T>(raw[j], v);
+    packed[j] = nvfp4_encode_signed_by_input<SATURATE>(v, raw[j], eff[j]);
+  }
+}
+
+// Software E2M1, one whole unit of a full warp: the fast and middle paths of
+// nvfp4_quantize_chunk for the thread's four chunks at once, with the per-block work (scale, eff
+// lookup, the vote) done once per block instead of by both lanes of its pair. Chunk j of lanes l
+// and l ^ 1 are the two halves of block j (j = the unit's row group); the even lane takes the
+// scales of blocks 0 and 1, the odd lane those of blocks 2 and 3, and the partners swap results:
+//   per lane: the four chunk maxima (three max.NaN per chunk), folded pairwise into
+//   {block 0, block 1} and {block 2, block 3} half-maxima, one shuffle for the partner's halves,
+//   two scales and lookups, one vote for all four chunks, two shuffles back (eff, scale bytes).
+// Same operations on the same values as nvfp4_quantize_chunk's fast and middle paths, so the
+// same bits; returns false (nothing written) when some block of the warp needs the general path,
+// and the caller then runs nvfp4_quantize_chunk chunk by chunk. All 32 lanes must call it.
+template <typename T, int CVT>
+SK_DEVICE bool nvfp4_quantize_unit_split(const uint4 (&raw)[kQuantChunksPerThread], Nvfp4ScaleRule rule,
+                                         const EffTable& eff_of_scale, u32 (&packed)[kQuantChunksPerThread],
+                                         u32& scales) {
+  static_assert(kQuantChunksPerThread == 4, "two blocks per lane of a pair");
+  u32 m[kQuantChunksPerThread];
+#pragma unroll
+  for (int j = 0; j < kQuantChunksPerThread; j++)
+    m[j] = absmax2_nan<T>(absmax2_nan<T>(raw[j].x, raw[j].y), absmax2_nan<T>(raw[j].z, raw[j].w));
+  // {chunk 2i maximum, chunk 2i + 1 maximum} of this lane (signs: xor, ignored).
+  const u32 pair01 = absmax2_nan<T>(__byte_perm(m[0], m[1], 0x5410u), __byte_perm(m[0], m[1], 0x7632u));
+  const u32 pair23 = absmax2_nan<T>(__byte_perm(m[2], m[3], 0x5410u), __byte_perm(m[2], m[3], 0x7632u));
+  const bool odd = (threadIdx.x & 1u) != 0;
+  const u32 both = absmax2_nan<T>(odd ? pair23 : pair01, __shfl_xor_sync(0xFFFFFFFFu, odd ? pair01 : pair23, 1));
+  // Blocks a = 2 * odd and a + 1: amax, scale byte, eff, amax * eff.
+  const float amax_a = fabs_f32(HalfType<T>::to_float(u16(both & 0xFFFFu)));
+  const float amax_b = fabs_f32(HalfType<T>::to_float(u16(both >> 16)));
+  const u32 scale_a = nvfp4_scale_bits<CVT>(amax_a, rule), scale_b = nvfp4_scale_bits<CVT>(amax_b, rule);
+  const float eff_a = eff_of_scale[scale_a], eff_b = eff_of_scale[scale_b];
+  const float p_a = mul_rn(amax_a, eff_a), p_b = mul_rn(amax_b, eff_b);
+  const bool fast = __all_sync(0xFFFFFFFFu, p_a < 7.0f && p_b < 7.0f);
+  if (!fast && !__all_sync(0xFFFFFFFFu, f32_bits(p_a) <= 0x7F7FFFFFu && f32_bits(p_b) <= 0x7F7FFFFFu))
+    return false;
+  const float other_a = __shfl_xor_sync(0xFFFFFFFFu, eff_a, 1), other_b = __shfl_xor_sync(0xFFFFFFFFu, eff_b, 1);
+  const float eff[kQuantChunksPerThread] = {odd ? other_a : eff_a, odd ? other_b : eff_b, odd ? eff_a : other_a,
+                                            odd ? eff_b : other_b};
+  const u32 mine = (scale_a | (scale_b << 8)) << (odd ? 16 : 0);  // bytes 2 odd, 2 odd + 1
+  scales = mine | __shfl_xor_sync(0xFFFFFFFFu, mine, 1);
+  if (fast)
+    nvfp4_encode_unit_signed_by_input<T, false>(raw, eff, packed);
+  else
+    nvfp4_encode_unit_signed_by_input<T, true>(raw, eff, packed);
+  return true;
+}
+
 // Store chunk c of the row-major [M, K] view (c < M * cpr) by its index: the in-CTA mode, whose
 // chunks have no fixed stride in the swizzled layout (one division per chunk; one CTA anyway).
 template <int LAYOUT>
@@ -353,12 +414,25 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     const EffTable eff(eff_of_scale);
     while (more) {
       u32 scales = 0;  // byte j: chunk j's; 0 for padding (a zero chunk's scale is not 0 for every gs)
+      u32 packed[kQuantChunksPerThread], unit_scales;
+      // Software E2M1: a warp with rows in all four row groups (warp-uniform) tries the whole
+      // unit at once; warps at the end of M, and units with a NaN, Inf or extreme eff, go chunk
+      // by chunk.
+      if (!(CVT == kCvtHardware && SK_HAS_CVT_E2M1X2) && walk.warp_has(kQuantChunksPerThread - 1) &&
+          nvfp4_quantize_unit_split<T, CVT>(walk.raw, rule, eff, packed, unit_scales)) {
 #pragma unroll
-      for (int j = 0; j < kQuantChunksPerThread; j++) {
-        if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
-          const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], rule, eff);
-          walk.store_values(j, q.packed);
-          if (walk.exists(j)) scales |= q.scale << (8 * j);
+        for (int j = 0; j < kQuantChunksPerThread; j++) {
+          walk.store_values(j, packed[j]);
+          if (walk.exists(j)) scales |= unit_scales & (0xFFu << (8 * j));
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kQuantChunksPerThread; j++) {
+          if (walk.warp_has(j)) {  // warp-uniform: full-mask shuffles inside
+            const Nvfp4Chunk q = nvfp4_quantize_chunk<T, CVT>(walk.raw[j], rule, eff);
+            walk.store_values(j, q.packed);
+            if (walk.exists(j)) scales |= q.scale << (8 * j);
+          }
         }
       }
       walk.store_scales(scales);
