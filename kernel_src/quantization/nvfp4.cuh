@@ -133,6 +133,15 @@ struct EffTable {
   }
 };
 
+// The target converts E2M1 in hardware (cvt.e2m1x2); else the software paths below.
+template <int CVT>
+SK_DEVICE constexpr bool nvfp4_hardware_e2m1() { return CVT == kCvtHardware && SK_HAS_CVT_E2M1X2; }
+
+// The per-block conditions of the software fast and middle paths, on p = amax * eff (see
+// nvfp4_quantize_chunk): every q of the block finite with |q| < 7 / finite and sign-clear p.
+SK_DEVICE bool nvfp4_fast_block(float p) { return p < 7.0f; }
+SK_DEVICE bool nvfp4_middle_block(float p) { return f32_bits(p) <= 0x7F7FFFFFu; }
+
 // Eight values of one block -> eight E2M1 codes (v[i] in bits 4i+3..4i), -0 stored as +0.
 // Hardware cvt.e2m1x2 where the target has it, else the exact fast software encoder
 // (common/e2m1_fast.cuh); the two are bit-identical (tests/test_quant_emulation.c).
@@ -142,7 +151,7 @@ SK_DEVICE u32 nvfp4_quantize8(const float (&v)[8], float eff) {
 #pragma unroll
   for (int i = 0; i < 8; i++) q[i] = mul_rn(v[i], eff);
   u32 packed;
-  if constexpr (CVT == kCvtHardware && SK_HAS_CVT_E2M1X2)
+  if constexpr (nvfp4_hardware_e2m1<CVT>())
     packed = e2m1x8_clear_negative_zeros(pack_e2m1x8<CVT>(q));
   else
     packed = sk_pack_e2m1x8_fast(q);
@@ -265,17 +274,17 @@ SK_DEVICE Nvfp4Chunk nvfp4_quantize_chunk(const uint4& raw, Nvfp4ScaleRule rule,
   widen8<T>(raw, v);
   u32 scale, packed;
   bool general = true;
-  if constexpr (!(CVT == kCvtHardware && SK_HAS_CVT_E2M1X2)) {
+  if constexpr (!nvfp4_hardware_e2m1<CVT>()) {
     u32 m = absmax2_nan<T>(absmax2_nan<T>(raw.x, raw.y), absmax2_nan<T>(raw.z, raw.w));
     m = absmax2_nan<T>(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
     const float amax = absmax2_to_f32<T>(m);
     scale = nvfp4_scale_bits<CVT>(amax, rule);
     const float eff = eff_of_scale[scale];
     const float amax_eff = mul_rn(amax, eff);
-    if (__all_sync(0xFFFFFFFFu, amax_eff < 7.0f)) {
+    if (__all_sync(0xFFFFFFFFu, nvfp4_fast_block(amax_eff))) {
       packed = nvfp4_encode_signed_by_input<false>(v, raw, eff);
       general = false;
-    } else if (__all_sync(0xFFFFFFFFu, f32_bits(amax_eff) <= 0x7F7FFFFFu)) {
+    } else if (__all_sync(0xFFFFFFFFu, nvfp4_middle_block(amax_eff))) {
       packed = nvfp4_encode_signed_by_input<true>(v, raw, eff);
       general = false;
     }
@@ -337,8 +346,8 @@ SK_DEVICE bool nvfp4_quantize_unit_split(const uint4 (&raw)[kQuantChunksPerThrea
   const u32 scale_a = nvfp4_scale_bits<CVT>(amax_a, rule), scale_b = nvfp4_scale_bits<CVT>(amax_b, rule);
   const float eff_a = eff_of_scale[scale_a], eff_b = eff_of_scale[scale_b];
   const float p_a = mul_rn(amax_a, eff_a), p_b = mul_rn(amax_b, eff_b);
-  const bool fast = __all_sync(0xFFFFFFFFu, p_a < 7.0f && p_b < 7.0f);
-  if (!fast && !__all_sync(0xFFFFFFFFu, f32_bits(p_a) <= 0x7F7FFFFFu && f32_bits(p_b) <= 0x7F7FFFFFu))
+  const bool fast = __all_sync(0xFFFFFFFFu, nvfp4_fast_block(p_a) && nvfp4_fast_block(p_b));
+  if (!fast && !__all_sync(0xFFFFFFFFu, nvfp4_middle_block(p_a) && nvfp4_middle_block(p_b)))
     return false;
   const float other_a = __shfl_xor_sync(0xFFFFFFFFu, eff_a, 1), other_b = __shfl_xor_sync(0xFFFFFFFFu, eff_b, 1);
   const float eff[kQuantChunksPerThread] = {odd ? other_a : eff_a, odd ? other_b : eff_b, odd ? eff_a : other_a,
@@ -418,7 +427,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       // Software E2M1: a warp with rows in all four row groups (warp-uniform) tries the whole
       // unit at once; warps at the end of M, and units with a NaN, Inf or extreme eff, go chunk
       // by chunk.
-      if (!(CVT == kCvtHardware && SK_HAS_CVT_E2M1X2) && walk.warp_has(kQuantChunksPerThread - 1) &&
+      if (!nvfp4_hardware_e2m1<CVT>() && walk.warp_has(kQuantChunksPerThread - 1) &&
           nvfp4_quantize_unit_split<T, CVT>(walk.raw, rule, eff, packed, unit_scales)) {
 #pragma unroll
         for (int j = 0; j < kQuantChunksPerThread; j++) {
