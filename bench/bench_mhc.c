@@ -1,5 +1,5 @@
 /* bench_mhc - norm.mhc achieved bandwidth for run_post, run_pre, run_post_pre at hidden 2048,
- * 4096, 7168 and T in {1, 8, 16, 128, 4096} (8: the largest T on the scalar partial kernels by
+ * 4096, 7168 and T in {1, 8, 16, 128, 256, 512, 1024, 4096} (8: the largest T on the scalar partial kernels by
  * default; SPARKINFER_MHC_SCALAR_MAX_T=0 / =16 move the crossover to compare both variants).
  * Bytes = every input read once + every output written once. CUDA events around 100 runs after
  * warm-up, median of 7 rounds (GB/s from these; "graph": the same 100 runs replayed from a CUDA
@@ -45,7 +45,7 @@ int main(void) {
   bench_json json = bench_json_open();
   CK(cudaSetDevice(0));
   CK(cudaFree(0));
-  const int hs[] = {2048, 4096, 7168}, ts[] = {1, 8, 16, 128, 4096};
+  const int hs[] = {2048, 4096, 7168}, ts[] = {1, 8, 16, 128, 256, 512, 1024, 4096};
   DLDataType bf = {kDLBfloat, 16, 1}, f32 = {kDLFloat, 32, 1};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

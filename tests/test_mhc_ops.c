@@ -99,8 +99,8 @@ Test(mhc_ops, sk_warm_builds_mhc_entries_and_rejects_bad_caps, .init = setup, .f
   char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
   char *out = NULL;
   cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
-  cr_assert_eq(tu_json_num(out, "kernels"), 9,
-               "any multiple of 256 (here 1280) compiles, both partial variants and the fused decode kernels: %s", out);
+  cr_assert_eq(tu_json_num(out, "kernels"), 10,
+               "any multiple of 256 (here 1280) compiles, all three partial variants and the fused decode kernels: %s", out);
   free(out);
   tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1000}}]}");
   char *argv2[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--quiet", NULL};
@@ -167,4 +167,38 @@ Test(mhc_ops, fused_decode_env_is_validated_and_offline_plans_do_not_fuse, .init
     sk_mhc_plan_destroy(p);
   }
   unsetenv("SPARKINFER_MHC_FUSED_DECODE");
+}
+
+/* SPARKINFER_MHC_SPLIT_MIN_T (the smallest T that takes the split schedule: projection-only
+ * partial kernel) is validated at plan time, and bind picks the split for T >= it, never for a T
+ * the scalar partials take, and never with 0. */
+Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setup, .fini = teardown) {
+  const int64_t h = 256;
+  sk_mhc_caps c = {h, 4096, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
+  sk_mhc_plan *p;
+  static const char *const bad[] = {"-1", "many", "4294967296"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("SPARKINFER_MHC_SPLIT_MIN_T", bad[i], 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
+    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_SPLIT_MIN_T"), "%s", sk_last_error_message());
+  }
+  /* {knob, T, expected dim[6]}; the scalar crossover stays at its default of 8. */
+  static const struct { const char *knob; int64_t t; int64_t split; } cases[] = {
+      {"0", 4096, 0}, {"0", 9, 0}, {"1", 8, 0}, {"1", 9, 1}, {"100", 99, 0}, {"100", 100, 1}, {"100", 4096, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("SPARKINFER_MHC_SPLIT_MIN_T", cases[i].knob, 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", cases[i].knob, sk_last_error_message());
+    sk_binding b;
+    bind_pre_offline(p, cases[i].t, h, &b);
+    cr_assert_eq(b.dim[6], cases[i].split, "SPARKINFER_MHC_SPLIT_MIN_T=%s T=%lld", cases[i].knob, (long long)cases[i].t);
+    sk_mhc_plan_destroy(p);
+  }
+  unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
+  /* The default splits prefill-sized T. */
+  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
+  sk_binding b;
+  bind_pre_offline(p, 4096, h, &b);
+  cr_assert_eq(b.dim[6], 1, "T = 4096 takes the split schedule by default");
+  sk_mhc_plan_destroy(p);
 }

@@ -18,6 +18,8 @@
 //
 // run_post   = post_kernel
 // run_pre    = pre_partial_kernel      -> pre_finalize_kernel        (same stream, in order)
+//              or, for large T (the split schedule), pre_projection_kernel (2d) -> pre_finalize_kernel
+//              with residual_out (the finalize then writes the 4 copies of x)
 // run_post_pre = post_pre_partial_kernel -> post_pre_finalize_kernel (same stream, in order)
 // For a few tokens (decode) the *_partial_scalar_kernel variants (2b) replace the partial kernel;
 // they write the same partials, so the finalize is the same. The *_fused_decode_kernel variants
@@ -87,6 +89,7 @@
 //
 // 3. template <int HIDDEN, typename NormWeight> __global__ void pre_finalize_kernel(
 //        const bf16* x,           // [T, H]  (the streams are 4 copies of x)
+//        bf16* residual_out,      // [T, 4, H] written (4 copies of x) if not nullptr: after 2d; nullptr after 2 / 2b
 //        ... the rest as post_pre_finalize_kernel ...);
 //    template <int HIDDEN, typename NormWeight> __global__ void post_pre_finalize_kernel(
 //        const bf16* residual_out,     // [T, 4, H]  (from post_pre_partial_kernel)
@@ -646,6 +649,185 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
   partial_body<HIDDEN, kStreams>(a, num_tokens, tokens_per_cta, num_stages);
 }
 
+// ---- 2d. run_pre's projection, one warp per 16-token group (prefill: the split schedule) ---------------
+//
+// The pre partial rows from x alone; the finalize then writes the 4 copies of x (finalize_body's
+// `copies`), so this kernel stores nothing but the rows. Kernel 2 splits a tile's K over 4 warps
+// (fn in registers) and meets them in shared memory with three barriers per group; measured on the
+// H200 that lockstep, not DRAM, bounds it (a projection-only variant of it reached 1.2 TB/s on x).
+// Here run_pre's whole fn_pre tile (24 x 256, 3 bf16 terms: 40 KiB as the lanes' B fragments) sits
+// in shared memory, so one warp owns a group over the whole tile: 16 k-steps of ldmatrix.x4 (A),
+// five shared loads (B) and 9 + 2 MMAs, no cross-warp sums and no barrier after the fill. Each
+// term has its own accumulator (9 independent MMA chains of 16 instead of 3 of 48); the Gram
+// sum x^2 is the diagonal of A A^T from the same A fragments (b = {a0, a2} / {a1, a3}).
+// Bits: other summation order than kernel 2 (and 2b); deterministic, independent of
+// tokens_per_cta and of which warp ran a group.
+//
+// template <int HIDDEN, int WARPS> __global__ void pre_projection_kernel(
+//     const bf16* x,            // [T, H]
+//     const float* fn_pre,      // [24, H]
+//     float* partials,          // scratch: rows [0, T) x [0, S), slots 0..35 written (34, 35 zero)
+//     int num_tokens, int tokens_per_cta);
+// block = exactly WARPS * 32 threads (WARPS in 1..8); grid = (ceil(T / tokens_per_cta), S, 1);
+// tokens_per_cta a multiple of 16 (groups go to the warps round-robin); dynamic shared memory =
+// pre_projection_smem_bytes(WARPS) = 40 KiB + WARPS x 16 KiB (above 48 KiB: the host raises the
+// attribute). Suggested: WARPS 4 where 2 x 104 KiB fit an SM (sm_90, sm_100), else 3 (88 KiB:
+// sm_120's 99 KiB per block).
+
+constexpr int kPreProjectionStages = 2;                   // cp.async buffers per warp
+constexpr int kTileKSteps = kTileH / 16;                  // 16 k-steps of mma.m16n8k16 per tile
+constexpr int kFnLaneWords = 20;                          // 18 fragment words + 2 pad: 16-byte rows, no bank conflicts
+SK_HOST_DEVICE constexpr int pre_projection_fn_bytes() { return kTileKSteps * kWarpSize * kFnLaneWords * 4; }
+SK_HOST_DEVICE constexpr int pre_projection_group_bytes() { return kGroup * kChunks * 16; }
+SK_HOST_DEVICE constexpr int pre_projection_smem_bytes(int warps) {
+  return pre_projection_fn_bytes() + warps * kPreProjectionStages * pre_projection_group_bytes();
+}
+
+// One group's x chunks (16 tokens x 32 chunks of the tile) into a warp's buffer, in the swizzled
+// layout of sk_mhc_chunk_index(1, ...); tokens >= end zero-filled. Lane = chunk.
+template <int HIDDEN>
+SK_DEVICE void issue_projection_loads(const bf16* __restrict__ x, uint4* buf, i64 group_first, i64 end, int tile,
+                                      int lane) {
+  // One 64-bit base per group; the rows are constant offsets from it (a zero-filled row reads nothing).
+  const bf16* rows = x + group_first * HIDDEN + static_cast<i64>(tile) * kTileH + lane * kBf16PerVector;
+#pragma unroll
+  for (int token = 0; token < kGroup; ++token) {
+    const bool valid = group_first + token < end;
+    cp_async_16(buf + sk_mhc_chunk_index(1, token, 0, lane), valid ? rows + token * HIDDEN : rows, valid ? 16 : 0);
+  }
+}
+
+template <int HIDDEN, int WARPS>
+__global__ void __launch_bounds__(WARPS* kWarpSize)
+    pre_projection_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre, float* __restrict__ partials,
+                          int num_tokens, int tokens_per_cta) {
+  pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
+  static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
+  static_assert(kNTiles * kFnTerms * 2 + 2 == kFnLaneWords, "fragment words per lane and k-step");
+  static_assert(WARPS >= 1 && WARPS <= 8, "1..8 warps");
+  extern __shared__ uint4 projection_smem[];
+  u32* const fn_words = reinterpret_cast<u32*>(projection_smem);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int tile = static_cast<int>(blockIdx.y);
+  const i64 first = static_cast<i64>(blockIdx.x) * tokens_per_cta;
+  const i64 end = min_i64(first + tokens_per_cta, num_tokens);
+  const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
+  uint4* const warp_bufs =
+      projection_smem + pre_projection_fn_bytes() / 16 + warp * kPreProjectionStages * (pre_projection_group_bytes() / 16);
+  auto buf_of = [&](int i) { return warp_bufs + (i & 1) * (pre_projection_group_bytes() / 16); };
+  static_assert(kPreProjectionStages == 2, "buf_of picks by parity");
+
+  // This warp's first group in flight before the fill.
+  int grp = warp;
+  if (grp < groups) issue_projection_loads<HIDDEN>(x, buf_of(0), first + static_cast<i64>(grp) * kGroup, end, tile, lane);
+  cp_async_commit();
+
+  // Fill: word (ks, l, nt, term, half) = the bf16 pair fn[mix][col], fn[mix][col + 1] of term
+  // `term`, mix = 8 nt + l / 4, col = 16 ks + 8 half + 2 (l % 4): lane l's B fragments. The tile
+  // is read row-major in 16-byte pieces, all of a thread's loads in flight at once, then scattered:
+  // the first fill (one fragment pair per load, in fragment order) touched a 32-byte sector per
+  // 8 bytes and waited on its loads batch by batch, a third of the kernel's stall samples
+  // (sixty-seventh and sixty-eighth runs).
+  const float* fn_tile = fn_pre + static_cast<i64>(tile) * kTileH;
+  constexpr int kFillPieces = kMixes * kTileH / 4, kFillThreads = WARPS * kWarpSize,
+                kPiecesPerThread = (kFillPieces + kFillThreads - 1) / kFillThreads;
+  float4 pieces[kPiecesPerThread];
+#pragma unroll
+  for (int j = 0; j < kPiecesPerThread; ++j) {
+    const int piece = min(static_cast<int>(threadIdx.x) + j * kFillThreads, kFillPieces - 1);
+    pieces[j] = __ldg(reinterpret_cast<const float4*>(fn_tile + static_cast<i64>(piece / (kTileH / 4)) * HIDDEN) +
+                      piece % (kTileH / 4));
+  }
+#pragma unroll
+  for (int j = 0; j < kPiecesPerThread; ++j) {
+    const int piece = static_cast<int>(threadIdx.x) + j * kFillThreads;
+    if (piece >= kFillPieces) break;
+    const int mix = piece / (kTileH / 4), col0 = 4 * (piece % (kTileH / 4));
+    const float values[4] = {pieces[j].x, pieces[j].y, pieces[j].z, pieces[j].w};
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {
+      const int col = col0 + 2 * pair, ks = col / 16, half = (col / 8) % 2, l = 4 * (mix % 8) + (col % 8) / 2;
+      u16 lo[kFnTerms], hi[kFnTerms];
+      split_bf16x3(values[2 * pair], lo);
+      split_bf16x3(values[2 * pair + 1], hi);
+      u32* dst = fn_words + (ks * kWarpSize + l) * kFnLaneWords + (mix / 8) * kFnTerms * 2 + half;
+#pragma unroll
+      for (int term = 0; term < kFnTerms; ++term)
+        dst[term * 2] = static_cast<u32>(lo[term]) | (static_cast<u32>(hi[term]) << 16);
+    }
+  }
+  __syncthreads();  // the only CTA-wide barrier
+
+  const u32* const lane_fn = fn_words + lane * kFnLaneWords;
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; grp < groups; ++i, grp += WARPS) {
+    const int next = grp + WARPS;
+    if (next < groups) issue_projection_loads<HIDDEN>(x, buf_of(i + 1), first + static_cast<i64>(next) * kGroup, end, tile, lane);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncwarp();
+    const uint4* buf = buf_of(i);
+    float acc[kFnTerms][kNTiles][4], gram[2][4];
+#pragma unroll
+    for (int term = 0; term < kFnTerms; ++term)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[term][nt][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) gram[j][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kTileKSteps; ++ks) {
+      u32 a[4];
+      ldmatrix_x4(a, buf + sk_mhc_chunk_index(1, sk_mhc_a_row(lane), 0, 2 * ks + (lane >> 4)));
+      const uint4* w = reinterpret_cast<const uint4*>(lane_fn + ks * kWarpSize * kFnLaneWords);
+      const uint4 w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+      const uint2 w4 = *reinterpret_cast<const uint2*>(w + 4);
+      const u32 words[18] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w, w2.x,
+                             w2.y, w2.z, w2.w, w3.x, w3.y, w3.z, w3.w, w4.x, w4.y};
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int term = 0; term < kFnTerms; ++term) {
+          const u32 b[2] = {words[(nt * kFnTerms + term) * 2], words[(nt * kFnTerms + term) * 2 + 1]};
+          mma_bf16_m16n8k16(acc[term][nt], a, b);
+        }
+      const u32 b_low[2] = {a[0], a[2]}, b_high[2] = {a[1], a[3]};  // tokens 0-7 / 8-15 as B = A^T
+      mma_bf16_m16n8k16(gram[0], a, b_low);
+      mma_bf16_m16n8k16(gram[1], a, b_high);
+    }
+    __syncwarp();  // every lane is done with buf before the next issue refills it
+
+    // Rows g and g + 8 of the group: mixes 8 nt + 2 t (+1); the terms added hi + mid, then + lo.
+    const i64 group_first = first + static_cast<i64>(grp) * kGroup;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const i64 tg = group_first + g + 8 * r;
+      if (tg >= end) continue;
+      float* row = partials + (tg * num_tiles(HIDDEN) + tile) * kPartialStride;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          v[e] = (acc[0][nt][2 * r + e] + acc[1][nt][2 * r + e]) + acc[2][nt][2 * r + e];
+        *reinterpret_cast<float2*>(row + nt * 8 + 2 * t) = make_float2(v[0], v[1]);
+      }
+      // sum x^2 of token g (+ 8): C[g][g] of gram[0] / C[g + 8][g + 8] of gram[1], held by t = g / 2.
+      if (t == (g >> 1)) {
+        const float s = (g & 1) ? gram[r][2 * r + 1] : gram[r][2 * r];  // no run-time array index (local memory)
+        float4* gram_slots = reinterpret_cast<float4*>(row + kMixes);
+        gram_slots[0] = make_float4(s, s, s, s);
+        gram_slots[1] = make_float4(s, s, s, s);
+        gram_slots[2] = make_float4(s, s, 0.0f, 0.0f);
+      }
+    }
+  }
+  cp_async_wait<0>();  // only empty groups can be pending here
+}
+
 // ---- 2b. partials for decode (scalar FMA) --------------------------------------------------------------
 //
 // One warp per CTA, CTA (token, tile, role): role blockIdx.z takes mixes 4*role .. 4*role+3 and
@@ -819,10 +1001,18 @@ SK_DEVICE void load_norm_weight(const bf16* __restrict__ w, i64 h, float (&out)[
 SK_DEVICE void load_norm_weight(const float* __restrict__ w, i64 h, float (&out)[8]) { load_readonly_f32x8(w + h, out); }
 
 // Streams of the finalize: read the 4 bf16 streams (or x, 4 times over) of one lane's 8 elements.
+// BROADCAST with copies != nullptr (run_pre after the projection kernel 2d): also store the 4
+// copies of x into copies = residual_out.
 template <int HIDDEN, bool BROADCAST>
-SK_DEVICE void load_stream_vectors(const bf16* __restrict__ src, i64 token, i64 h, float (&r)[kStreams][8]) {
+SK_DEVICE void load_stream_vectors(const bf16* __restrict__ src, i64 token, i64 h, float (&r)[kStreams][8],
+                                   bf16* __restrict__ copies) {
   if (BROADCAST) {
-    load_readonly_bf16x8(src + token * HIDDEN + h, r[0]);
+    const uint4 bits = load_readonly_16B(src + token * HIDDEN + h);
+    if (copies != nullptr) {
+#pragma unroll
+      for (int s = 0; s < kStreams; ++s) store_16B(copies + (token * kStreams + s) * HIDDEN + h, bits);
+    }
+    unpack_bf16x8(bits, r[0]);
 #pragma unroll
     for (int s = 1; s < kStreams; ++s)
 #pragma unroll
@@ -868,7 +1058,7 @@ SK_DEVICE uint4 collapse_vector(const float (&pre)[kStreams], float norm_scale, 
 }
 
 template <int HIDDEN, bool BROADCAST, typename NormWeight>
-SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __restrict__ partials,
+SK_DEVICE void finalize_body(const bf16* __restrict__ streams, bf16* __restrict__ copies, const float* __restrict__ partials,
                              const float* __restrict__ hc_scale, const float* __restrict__ hc_base,
                              const NormWeight* __restrict__ norm_weight, bf16* __restrict__ y,
                              float* __restrict__ post, float* __restrict__ comb, int num_tokens, int hidden_per_cta,
@@ -919,20 +1109,20 @@ SK_DEVICE void finalize_body(const bf16* __restrict__ streams, const float* __re
   for (int t = warp; t < tiles_here; t += y_warps) {
     const i64 h = static_cast<i64>(blockIdx.y) * hidden_per_cta + static_cast<i64>(t) * kTileH + lane * kBf16PerVector;
     float r[kStreams][8];
-    load_stream_vectors<HIDDEN, BROADCAST>(streams, token, h, r);
+    load_stream_vectors<HIDDEN, BROADCAST>(streams, token, h, r, copies);
     store_16B(y + token * HIDDEN + h, collapse_vector(pre, norm_scale, r, norm_weight, h));
   }
 }
 
 template <int HIDDEN, typename NormWeight>
 __global__ void __launch_bounds__(kFinalizeThreads)
-    pre_finalize_kernel(const bf16* __restrict__ x, const float* __restrict__ partials,
+    pre_finalize_kernel(const bf16* __restrict__ x, bf16* __restrict__ residual_out, const float* __restrict__ partials,
                         const float* __restrict__ hc_scale, const float* __restrict__ hc_base,
                         const NormWeight* __restrict__ norm_weight, bf16* __restrict__ y, float* __restrict__ post,
                         float* __restrict__ comb, int num_tokens, int hidden_per_cta, int sinkhorn_iters,
                         float rms_eps, float hc_eps, float norm_eps) {
   pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
-  finalize_body<HIDDEN, true>(x, partials, hc_scale, hc_base, norm_weight, y, post, comb, num_tokens,
+  finalize_body<HIDDEN, true>(x, residual_out, partials, hc_scale, hc_base, norm_weight, y, post, comb, num_tokens,
                               hidden_per_cta, sinkhorn_iters, rms_eps, hc_eps, norm_eps);
 }
 
@@ -944,7 +1134,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                              float* __restrict__ post, float* __restrict__ comb, int num_tokens, int hidden_per_cta,
                              int sinkhorn_iters, float rms_eps, float hc_eps, float norm_eps) {
   pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
-  finalize_body<HIDDEN, false>(residual_out, partials, hc_scale, hc_base, norm_weight, y, post, comb, num_tokens,
+  finalize_body<HIDDEN, false>(residual_out, nullptr, partials, hc_scale, hc_base, norm_weight, y, post, comb, num_tokens,
                                hidden_per_cta, sinkhorn_iters, rms_eps, hc_eps, norm_eps);
 }
 

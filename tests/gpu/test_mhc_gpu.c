@@ -3,7 +3,8 @@
  * for T <= 8 by default, tensor cores above; each also forced onto the other side through
  * SPARKINFER_MHC_SCALAR_MAX_T); both schedules of the tensor-core partials (SPARKINFER_MHC_STAGES
  * 2 vs 3-4); the fused decode launch bit-identical to scalar partial + finalize, leaving its
- * counters at zero; graph replay after a freeze is bit-identical to eager on every path. */
+ * counters at zero; run_pre's split schedule (projection kernel) above its crossover and forced
+ * below it; graph replay after a freeze is bit-identical to eager on every path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,12 +368,30 @@ Test(gpu_mhc, fused_decode_is_bit_identical_to_two_launches, .init = setup, .fin
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 
+/* run_pre's split schedule (pre_projection_kernel; the finalize writes the 4 copies of x) against
+ * the reference: T from the default crossover (256) up with partial last rounds of groups, every
+ * hidden size class, and forced down to T = 9 (fewer groups than warps per CTA). */
+Test(gpu_mhc, split_schedule_matches_reference, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mhc split");
+  skref_rng r;
+  skref_rng_seed(&r, seed);
+  const int hs[] = {256, 2048, 7168}, ts[] = {256, 777};
+  int n = 0;
+  for (size_t a = 0; a < 3; a++)
+    for (size_t b = 0; b < 2; b++, n++) run_config(hs[a], ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
+  setenv("SPARKINFER_MHC_SPLIT_MIN_T", "9", 1); /* read at plan time */
+  const int small_ts[] = {9, 17, 49, 130};
+  for (size_t b = 0; b < 4; b++, n++) run_config(4096, small_ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
+  unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
+  cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
+}
+
 Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = teardown) {
   uint64_t seed = skref_test_seed("gpu mhc graph");
   skref_rng r;
   skref_rng_seed(&r, seed);
   const int h = 4096;
-  sk_mhc_caps caps = {h, 64, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
+  sk_mhc_caps caps = {h, 600, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
   sk_mhc_plan *plan;
   SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
   SK_OK_OR_FAIL(sk_freeze_kernel_resolution("mhc graph test"));
@@ -385,10 +404,11 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   void *scratch = zeroed(spec.bytes);
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  /* One plan, both partial variants (resolved before the freeze): T 5 scalar (one fused launch on
-   * a GPU with the CTA slots, as the H200 has), T 40 tensor cores. */
-  const int ts[] = {5, 40};
-  for (size_t k = 0; k < 2; k++) {
+  /* One plan, every partial variant (resolved before the freeze): post_pre at T 5 scalar (one
+   * fused launch on a GPU with the CTA slots, as the H200 has) and T 40 tensor cores; pre at T 600,
+   * the split schedule (projection kernel, copies by the finalize). */
+  const int ts[] = {5, 40, 600};
+  for (size_t k = 0; k < 3; k++) {
     const int t = ts[k];
     const size_t th = (size_t)t * h, t4h = 4 * th;
     uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
@@ -413,8 +433,15 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
              ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x), tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
              tco = tu_device_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
     sk_binding b;
-    SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch,
-                                       spec.bytes, &b));
+    if (k < 2) {
+      SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco,
+                                         scratch, spec.bytes, &b));
+    } else {
+      int64_t s_fnp[2] = {24, h};
+      DLTensor tfnp = tu_device_tensor(dfn, F32, 2, s_fnp); /* the first 24 x H floats of fn */
+      SK_OK_OR_FAIL(sk_mhc_bind_pre(plan, &tx, &tfnp, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
+      cr_assert_eq(b.dim[6], 1, "run_pre at T = %d takes the split schedule", t);
+    }
     SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
     CUDA_OK(cudaStreamSynchronize(s));
     uint8_t *eager = download(dout, out_bytes);

@@ -26,6 +26,15 @@
 #define POST_PRE_STAGE_BYTES (5 * GROUP * 32 * 16 + GROUP * 20 * 4)
 #define PRE_SUMS_BYTES (4 * GROUP * 24 * 4)
 #define POST_PRE_SUMS_BYTES (16 * GROUP * 24 * 4)
+/* run_pre's projection kernel (sk::mhc::pre_projection_kernel<H, WARPS>, 2d): WARPS warps, each
+ * owning whole 16-token groups; shared memory = pre_projection_smem_bytes(WARPS): the fn_pre tile
+ * as B fragments (16 x 32 x 80 B), then two 8 KiB buffers per warp. 4 warps (104 KiB, two CTAs per
+ * SM) where the shared memory allows, 3 (88 KiB) on the others (sm_120's 99 KiB per block). */
+static int projection_warps(const char *arch) {
+  const int n = sk_arch_number(arch);
+  return n == 90 || n == 100 ? 4 : 3;
+}
+static unsigned projection_smem(int warps) { return 16 * 32 * 80 + (unsigned)warps * 2 * GROUP * 32 * 16; }
 #define MAX_STAGES 4
 /* Decode partial kernels (scalar FMA): one warp per (token, tile, role), 6 roles of 4 mixes. */
 #define SCALAR_ROLES 6
@@ -34,6 +43,11 @@
  * (post_pre 7.1 vs 12.3 us), tie at T = 16 and lose at T = 128. */
 #define DEFAULT_SCALAR_MAX_T 8
 #define MAX_SCALAR_MAX_T 2147483647ull
+/* Smallest T for which run_pre takes the split schedule (pre_projection_kernel, then the finalize
+ * writes the 4 copies of x); SPARKINFER_MHC_SPLIT_MIN_T, 0: never. From the H200 (bench/RESULTS.md,
+ * sixty-ninth run): the split is faster from T = 256 (H = 4096: 11.6 against 14.4 us per call,
+ * H = 7168: 15.7 against 17.7), even at T = 128 on plain launches and behind it in graphs. */
+#define DEFAULT_SPLIT_MIN_T 256
 /* Fused decode kernels (sk::mhc::*_fused_decode_kernel): the scalar partial grid plus the
  * finalize in one launch; S + 1 CTAs per token (kFusedYRole of every tile, kFusedCombRole of
  * tile 0) wait for the token's other CTAs, so the host launches them only while the waiters of
@@ -50,6 +64,7 @@ enum {
   K_POST_PRE_PARTIAL_SCALAR,
   K_PRE_FUSED_DECODE,
   K_POST_PRE_FUSED_DECODE,
+  K_PRE_PROJECTION,
   K_COUNT
 };
 enum { ENTRY_POST = 1, ENTRY_PRE = 2, ENTRY_POST_PRE = 3 };
@@ -63,6 +78,7 @@ struct sk_mhc_plan {
   int stages;          /* cp.async stage buffers of the partial kernels */
   int tokens_per_cta;  /* 0: the cost model in geometry(); else SPARKINFER_MHC_TOKENS_PER_CTA */
   int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
+  int64_t split_min_t;  /* run_pre, T >= this (above scalar_max_t): the split schedule (SPARKINFER_MHC_SPLIT_MIN_T; 0: never) */
   int fused_decode;     /* SPARKINFER_MHC_FUSED_DECODE: 0 keeps the two launches */
   /* T <= this (and <= scalar_max_t): one fused launch, per entry [0] pre, [1] post_pre; from the
    * device's CTA slots at plan time (0: no GPU, knob off, or too few slots). */
@@ -81,7 +97,8 @@ static unsigned partial_smem(int pre, int stages) {
  * is not faster: T = 4096 post_pre 380 us with 4 stages against 364 us with 2. It stays
  * selectable with SPARKINFER_MHC_STAGES (2..4) for tuning on other GPUs. Read at plan time, like the crossover to the scalar partials: run never consults
  * the environment. */
-static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t) {
+static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t,
+                               int64_t *split_min_t) {
   const int n = sk_arch_number(arch);
   uint64_t v;
   SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", 2, &v));
@@ -102,6 +119,11 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_SCALAR_MAX_T=%llu: expected 0 (never) .. %llu tokens",
                         (unsigned long long)v, MAX_SCALAR_MAX_T);
   *scalar_max_t = (int64_t)v;
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_SPLIT_MIN_T", DEFAULT_SPLIT_MIN_T, &v));
+  if (v > MAX_SCALAR_MAX_T)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_SPLIT_MIN_T=%llu: expected 0 (never) .. %llu tokens",
+                        (unsigned long long)v, MAX_SCALAR_MAX_T);
+  *split_min_t = (int64_t)v;
   return SK_OK;
 }
 
@@ -157,6 +179,7 @@ static void kernel_names(const sk_mhc_caps *c, char names[K_COUNT][128], char pa
   snprintf(names[K_POST_PRE_PARTIAL_SCALAR], 128, "sk::mhc::post_pre_partial_scalar_kernel<%lld>", h);
   snprintf(names[K_PRE_FUSED_DECODE], 128, "sk::mhc::pre_fused_decode_kernel<%lld, %s>", h, w);
   snprintf(names[K_POST_PRE_FUSED_DECODE], 128, "sk::mhc::post_pre_fused_decode_kernel<%lld, %s>", h, w);
+  snprintf(names[K_PRE_PROJECTION], 128, "sk::mhc::pre_projection_kernel<%lld, %d>", h, projection_warps(c->arch));
   static const char *const nw[] = {"none", "bf16", "fp32"};
   snprintf(params, 96, "hidden=%lld norm_weight=%s", h, nw[c->norm_weight]);
 }
@@ -176,7 +199,12 @@ static cJSON *caps_json(const sk_mhc_caps *c) {
 static bool plan_uses(const sk_mhc_plan *p, int k) {
   if (k == K_PRE_FUSED_DECODE || k == K_POST_PRE_FUSED_DECODE) return p->scalar_max_t > 0 && p->fused_decode;
   if (k == K_PRE_PARTIAL_SCALAR || k == K_POST_PRE_PARTIAL_SCALAR) return p->scalar_max_t > 0;
-  if (k == K_PRE_PARTIAL || k == K_POST_PRE_PARTIAL) return p->caps.max_tokens > p->scalar_max_t;
+  /* Tensor-core T range (scalar_max_t, max_tokens]; run_pre's split schedule takes [split_min_t, ...). */
+  const int64_t first_tc = p->scalar_max_t + 1, first_split = p->split_min_t > first_tc ? p->split_min_t : first_tc;
+  const bool split = p->split_min_t > 0 && p->caps.max_tokens >= first_split;
+  if (k == K_PRE_PROJECTION) return split;
+  if (k == K_PRE_PARTIAL) return p->caps.max_tokens >= first_tc && (!split || first_split > first_tc);
+  if (k == K_POST_PRE_PARTIAL) return p->caps.max_tokens >= first_tc;
   return true;
 }
 
@@ -194,12 +222,13 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
   char names[K_COUNT][128], params[96];
   kernel_names(&p->caps, names, params);
-  if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t);
+  if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t, &p->split_min_t);
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_MHC_FUSED_DECODE", 1, &p->fused_decode);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
+  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PROJECTION], projection_smem(projection_warps(p->arch)));
   if (s == SK_OK) {
     p->fused_max_t[0] = fused_max_tokens(p, K_PRE_FUSED_DECODE);
     p->fused_max_t[1] = fused_max_tokens(p, K_POST_PRE_FUSED_DECODE);
@@ -235,7 +264,8 @@ SK_API void sk_mhc_plan_destroy(sk_mhc_plan *p) { free(p); }
  * 13 token counters (fused decode).
  * dim: 0 entry, 1 T, 2 partial stage buffers, 3 tokens per partial CTA (both for the tensor-core
  * partials; run takes the scalar ones when T <= the plan's crossover), 4 hidden per finalize CTA,
- * 5 one fused decode launch (1) or partial + finalize (0); the GPU test reads it. */
+ * 5 one fused decode launch (1) or partial + finalize (0), 6 run_pre's split schedule
+ * (pre_projection_kernel, the copies written by the finalize); the GPU test reads 5 and 6. */
 #define BF16_T SK_DL_BF16
 #define F32_T SK_DL_FP32
 
@@ -271,6 +301,26 @@ static int64_t partial_tokens_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_
   return best;
 }
 
+/* pre_projection_kernel: its warps take a CTA's groups round-robin, so tokens per CTA are whole
+ * rounds (16 x warps); resident CTAs per SM from the occupancy API (2 on the H200). Up to 16
+ * rounds: every CTA fills its 40 KiB fn_pre tile once, so longer CTAs amortise it. */
+static int64_t projection_tokens_per_cta(const sk_mhc_plan *p, int64_t t) {
+  if (p->tokens_per_cta > 0) return p->tokens_per_cta;
+  const int warps = projection_warps(p->arch);
+  const int64_t per_sm = p->k[K_PRE_PROJECTION]
+                             ? sk_op_resident_ctas_per_sm(p->k[K_PRE_PROJECTION], warps * 32, projection_smem(warps))
+                             : 0,
+                slots = (int64_t)(p->sm_count > 0 ? p->sm_count : 128) * (per_sm > 0 ? per_sm : 1),
+                round = GROUP * warps, s = p->caps.hidden / TILE_H;
+  int64_t best = round, best_cost = -1;
+  for (int64_t tpc = round; tpc <= 16 * round; tpc += round) {
+    const int64_t ctas = sk_cdiv(t, tpc) * s, cost = sk_cdiv(ctas, slots) * (tpc + GROUP);
+    if (best_cost < 0 || cost < best_cost) best = tpc, best_cost = cost;
+    if (tpc >= t) break;
+  }
+  return best;
+}
+
 static void geometry(const sk_mhc_plan *p, int64_t t, int entry, sk_binding *b) {
   const int64_t h = p->caps.hidden, sms = p->sm_count > 0 ? p->sm_count : 128;
   b->dim[2] = p->stages;
@@ -281,6 +331,8 @@ static void geometry(const sk_mhc_plan *p, int64_t t, int entry, sk_binding *b) 
   }
   b->dim[4] = hpc;
   b->dim[5] = t <= p->fused_max_t[entry == ENTRY_PRE ? 0 : 1];
+  b->dim[6] = entry == ENTRY_PRE && t > p->scalar_max_t && p->split_min_t > 0 && t >= p->split_min_t;
+  if (b->dim[6]) b->dim[3] = projection_tokens_per_cta(p, t);
 }
 
 static sk_status bind_pre_outputs(const sk_mhc_plan *p, int64_t t, const DLTensor *hc_scale, const DLTensor *hc_base,
@@ -410,6 +462,12 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
                              (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6]};
     SK_TRY(sk_kernel_launch_ex(p->k[pre ? K_PRE_PARTIAL_SCALAR : K_POST_PRE_PARTIAL_SCALAR], grid, block, 0, stream,
                                pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS));
+  } else if (b->dim[6]) { /* run_pre, split: the projection; the finalize writes the copies */
+    void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[6], &t, &tpc};
+    const int warps = projection_warps(p->arch);
+    SK_TRY(sk_kernel_launch_ex(p->k[K_PRE_PROJECTION], (sk_dim3){(unsigned)sk_cdiv(t, tpc), s, 1},
+                               (sk_dim3){(unsigned)warps * 32, 1, 1}, projection_smem(warps), stream, args,
+                               SK_LAUNCH_OVERLAP_PREVIOUS));
   } else {
     const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
@@ -420,14 +478,19 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
     SK_TRY(sk_kernel_launch_ex(p->k[pre ? K_PRE_PARTIAL : K_POST_PRE_PARTIAL], grid, block, smem, stream,
                                pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS));
   }
-  /* Both partial variants leave the same rows: one finalize. It reads the streams: x for pre
-   * (4 copies), residual_out for post_pre. */
+  /* Every partial variant leaves the same rows: one finalize. It reads the streams: x for pre
+   * (4 copies; after the split schedule's projection it also writes them to residual_out),
+   * residual_out for post_pre. */
   const sk_dim3 fgrid = {(unsigned)t, (unsigned)(p->caps.hidden / hpc), 1}, fblock = {FINALIZE_THREADS, 1, 1};
-  void *fin_args[] = {pre ? (void *)&ptr[0] : (void *)&ptr[5],
+  void *copies = pre && b->dim[6] ? ptr[5] : NULL;
+  void *pre_fin_args[] = {(void *)&ptr[0], &copies, (void *)&ptr[6], (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9],
+                          (void *)&ptr[10], (void *)&ptr[11], (void *)&ptr[12], &t, &hpc, &iters, &rms_eps, &hc_eps,
+                          &norm_eps};
+  void *fin_args[] = {(void *)&ptr[5],
                       (void *)&ptr[6], (void *)&ptr[7], (void *)&ptr[8], (void *)&ptr[9], (void *)&ptr[10],
                       (void *)&ptr[11], (void *)&ptr[12], &t, &hpc, &iters, &rms_eps, &hc_eps, &norm_eps};
-  return sk_kernel_launch_ex(p->k[pre ? K_PRE_FINALIZE : K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream, fin_args,
-                             SK_LAUNCH_OVERLAP_PREVIOUS);
+  return sk_kernel_launch_ex(p->k[pre ? K_PRE_FINALIZE : K_POST_PRE_FINALIZE], fgrid, fblock, 0, stream,
+                             pre ? pre_fin_args : fin_args, SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 
 /* ---- registry and manifests --------------------------------------------------------------- */
