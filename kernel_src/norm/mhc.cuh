@@ -767,17 +767,10 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
     cp_async_wait<1>();
     __syncwarp();
     const uint4* buf = buf_of(i);
-    float acc[kFnTerms][kNTiles][4], gram[2][4];
-#pragma unroll
-    for (int term = 0; term < kFnTerms; ++term)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[term][nt][e] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) gram[j][e] = 0.0f;
+    float acc[kFnTerms][kNTiles][4], gram_acc[1][2][4];  // gram_acc[0][j]: tokens 8j..8j+7 as B
+    zero_fragments(acc);
+    zero_fragments(gram_acc);
+    float (&gram)[2][4] = gram_acc[0];
 #pragma unroll
     for (int ks = 0; ks < kTileKSteps; ++ks) {
       u32 a[4];
