@@ -9,7 +9,8 @@
  *  - post_pre: post, then pre on its bf16 output (returns residual, post, comb, y)
  * BF16 activations; any hidden size that is a multiple of 256 (upstream: 4096 and 7168 only).
  * Deterministic: no floating-point atomics (decode signals between CTAs with integer counters);
- * a token's results depend only on which partial variant ran (decode or prefill, by T).
+ * a token's results depend only on which partial variant ran (by T: decode, mid-size, and for
+ * pre the split schedule of large T; the crossovers are read at plan time, docs/env.md).
  *
  * Life cycle (sparkinfer/op.h): plan_create -> scratch_spec -> bind_* -> run -> plan_destroy.
  * Thread safety: plans are immutable; bind and run may be called concurrently.
