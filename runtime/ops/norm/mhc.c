@@ -79,6 +79,8 @@ struct sk_mhc_plan {
   int tokens_per_cta;  /* 0: the cost model in geometry(); else SPARKINFER_MHC_TOKENS_PER_CTA */
   int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
   int64_t split_min_t;  /* run_pre, T >= this (above scalar_max_t): the split schedule (SPARKINFER_MHC_SPLIT_MIN_T; 0: never) */
+  int projection_warps;         /* pre_projection_kernel's WARPS for the plan's arch */
+  int projection_ctas_per_sm;   /* its resident CTAs per SM (occupancy API at plan time; 0 offline) */
   int fused_decode;     /* SPARKINFER_MHC_FUSED_DECODE: 0 keeps the two launches */
   /* T <= this (and <= scalar_max_t): one fused launch, per entry [0] pre, [1] post_pre; from the
    * device's CTA slots at plan time (0: no GPU, knob off, or too few slots). */
@@ -228,7 +230,11 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
-  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PROJECTION], projection_smem(projection_warps(p->arch)));
+  p->projection_warps = projection_warps(p->arch);
+  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PROJECTION], projection_smem(p->projection_warps));
+  if (s == SK_OK && p->k[K_PRE_PROJECTION] && p->sm_count > 0)
+    p->projection_ctas_per_sm = sk_op_resident_ctas_per_sm(p->k[K_PRE_PROJECTION], p->projection_warps * 32,
+                                                           projection_smem(p->projection_warps));
   if (s == SK_OK) {
     p->fused_max_t[0] = fused_max_tokens(p, K_PRE_FUSED_DECODE);
     p->fused_max_t[1] = fused_max_tokens(p, K_POST_PRE_FUSED_DECODE);
@@ -289,11 +295,12 @@ static sk_status tokens_of(const sk_mhc_plan *p, const DLTensor *x, int64_t *t) 
  * wave model: time ~ waves x (tokens per CTA + 16), the 16 standing for the CTA's fixed cost
  * (fn fragments, pipeline fill); resident CTAs per SM: 1 (post_pre, 512 threads x 128
  * registers), 4 (pre). Finalize: split the hidden size over several CTAs when T is small. */
-static int64_t partial_tokens_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm) {
+static int64_t wave_tokens_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm, int64_t step) {
   if (p->tokens_per_cta > 0) return p->tokens_per_cta;
-  const int64_t s = p->caps.hidden / TILE_H, slots = (int64_t)(p->sm_count > 0 ? p->sm_count : 128) * ctas_per_sm;
-  int64_t best = GROUP, best_cost = -1;
-  for (int64_t tpc = GROUP; tpc <= 256; tpc += GROUP) {
+  const int64_t s = p->caps.hidden / TILE_H,
+                slots = (int64_t)(p->sm_count > 0 ? p->sm_count : 128) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  int64_t best = step, best_cost = -1;
+  for (int64_t tpc = step; tpc <= 16 * step; tpc += step) {
     const int64_t ctas = sk_cdiv(t, tpc) * s, cost = sk_cdiv(ctas, slots) * (tpc + GROUP);
     if (best_cost < 0 || cost < best_cost) best = tpc, best_cost = cost;
     if (tpc >= t) break; /* larger blocks only add empty groups */
@@ -301,30 +308,10 @@ static int64_t partial_tokens_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_
   return best;
 }
 
-/* pre_projection_kernel: its warps take a CTA's groups round-robin, so tokens per CTA are whole
- * rounds (16 x warps); resident CTAs per SM from the occupancy API (2 on the H200). Up to 16
- * rounds: every CTA fills its 40 KiB fn_pre tile once, so longer CTAs amortise it. */
-static int64_t projection_tokens_per_cta(const sk_mhc_plan *p, int64_t t) {
-  if (p->tokens_per_cta > 0) return p->tokens_per_cta;
-  const int warps = projection_warps(p->arch);
-  const int64_t per_sm = p->k[K_PRE_PROJECTION]
-                             ? sk_op_resident_ctas_per_sm(p->k[K_PRE_PROJECTION], warps * 32, projection_smem(warps))
-                             : 0,
-                slots = (int64_t)(p->sm_count > 0 ? p->sm_count : 128) * (per_sm > 0 ? per_sm : 1),
-                round = GROUP * warps, s = p->caps.hidden / TILE_H;
-  int64_t best = round, best_cost = -1;
-  for (int64_t tpc = round; tpc <= 16 * round; tpc += round) {
-    const int64_t ctas = sk_cdiv(t, tpc) * s, cost = sk_cdiv(ctas, slots) * (tpc + GROUP);
-    if (best_cost < 0 || cost < best_cost) best = tpc, best_cost = cost;
-    if (tpc >= t) break;
-  }
-  return best;
-}
-
 static void geometry(const sk_mhc_plan *p, int64_t t, int entry, sk_binding *b) {
   const int64_t h = p->caps.hidden, sms = p->sm_count > 0 ? p->sm_count : 128;
   b->dim[2] = p->stages;
-  b->dim[3] = partial_tokens_per_cta(p, t, entry == ENTRY_PRE ? 4 : 1);
+  b->dim[3] = wave_tokens_per_cta(p, t, entry == ENTRY_PRE ? 4 : 1, GROUP);
   int64_t hpc = h;
   if (t < 2 * sms / (h / 1024 > 0 ? h / 1024 : 1)) {
     hpc = h % 1024 == 0 ? 1024 : h % 512 == 0 ? 512 : 256;
@@ -332,7 +319,9 @@ static void geometry(const sk_mhc_plan *p, int64_t t, int entry, sk_binding *b) 
   b->dim[4] = hpc;
   b->dim[5] = t <= p->fused_max_t[entry == ENTRY_PRE ? 0 : 1];
   b->dim[6] = entry == ENTRY_PRE && t > p->scalar_max_t && p->split_min_t > 0 && t >= p->split_min_t;
-  if (b->dim[6]) b->dim[3] = projection_tokens_per_cta(p, t);
+  /* pre_projection_kernel's warps take a CTA's groups round-robin: whole rounds of 16 x warps
+   * tokens (up to 16; every CTA fills its 40 KiB fn_pre tile once, so longer CTAs amortise it). */
+  if (b->dim[6]) b->dim[3] = wave_tokens_per_cta(p, t, p->projection_ctas_per_sm, GROUP * p->projection_warps);
 }
 
 static sk_status bind_pre_outputs(const sk_mhc_plan *p, int64_t t, const DLTensor *hc_scale, const DLTensor *hc_base,
@@ -464,10 +453,9 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
                                pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS));
   } else if (b->dim[6]) { /* run_pre, split: the projection; the finalize writes the copies */
     void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[6], &t, &tpc};
-    const int warps = projection_warps(p->arch);
     SK_TRY(sk_kernel_launch_ex(p->k[K_PRE_PROJECTION], (sk_dim3){(unsigned)sk_cdiv(t, tpc), s, 1},
-                               (sk_dim3){(unsigned)warps * 32, 1, 1}, projection_smem(warps), stream, args,
-                               SK_LAUNCH_OVERLAP_PREVIOUS));
+                               (sk_dim3){(unsigned)p->projection_warps * 32, 1, 1},
+                               projection_smem(p->projection_warps), stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
   } else {
     const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
