@@ -192,6 +192,11 @@ Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setu
     sk_binding b;
     bind_pre_offline(p, cases[i].t, h, &b);
     cr_assert_eq(b.dim[6], cases[i].split, "SPARKINFER_MHC_SPLIT_MIN_T=%s T=%lld", cases[i].knob, (long long)cases[i].t);
+    /* Tokens per partial CTA: whole rounds of the projection kernel's 4 warps (sm_90a) when split,
+     * 16-token groups otherwise; at most 16 of either. */
+    const int64_t step = b.dim[6] ? 64 : 16;
+    cr_assert(b.dim[3] >= step && b.dim[3] <= 16 * step && b.dim[3] % step == 0, "T=%lld: %lld tokens per CTA",
+              (long long)cases[i].t, (long long)b.dim[3]);
     sk_mhc_plan_destroy(p);
   }
   unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
