@@ -3,7 +3,8 @@
  * model of ldmatrix and mma.sync m16n8k16 (PTX ISA fragment layouts), and one 16-token group of
  * both variants (run_pre: 1 stream in smem, run_post_pre: 4) is checked against direct sums:
  * the 24 projection dots, the 10 Gram entries, every slot written once, conflict-free ldmatrix.
- * Also: the exact 3-term bf16 split of fp32 fn. */
+ * Also: run_pre's one-warp projection kernel (2d) for one group, and the exact 3-term bf16 split
+ * of fp32 fn. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -59,6 +60,15 @@ static void check_conflict_free(const int addr[32], int n) {
   }
 }
 
+/* The projection's A fragments of k-step ks of quarter q, stream s (ldmatrix.x4, conflict-checked). */
+static void load_a_fragments(const double *smem, int ns, int s, int q, int ks, double a[32][4][2]) {
+  int addr[32];
+  for (int lane = 0; lane < 32; lane++)
+    addr[lane] = sk_mhc_chunk_index(ns, sk_mhc_a_row(lane), s, sk_mhc_a_chunk(q, ks, lane)) * 8;
+  check_conflict_free(addr, 4);
+  ldmatrix(smem, addr, 4, a);
+}
+
 /* One CTA group: streams r[token][stream][h] (h within the tile), fn [24][ns*H], tile index. */
 static void emulate_group(int ns) {
   enum { H = 512, TILE = 1 };
@@ -91,12 +101,8 @@ static void emulate_group(int ns) {
     double acc[3][32][4];
     memset(acc, 0, sizeof acc);
     for (int ks = 0; ks < SK_MHC_WARP_KSTEPS; ks++) {
-      int addr[32];
-      for (int lane = 0; lane < 32; lane++)
-        addr[lane] = sk_mhc_chunk_index(ns, sk_mhc_a_row(lane), s, sk_mhc_a_chunk(q, ks, lane)) * 8;
-      check_conflict_free(addr, 4);
       double a[32][4][2], b[32][4][2];
-      ldmatrix(smem, addr, 4, a);
+      load_a_fragments(smem, ns, s, q, ks, a);
       for (int nt = 0; nt < 3; nt++) {
         for (int lane = 0; lane < 32; lane++)
           for (int half = 0; half < 2; half++)
@@ -171,6 +177,100 @@ static void emulate_group(int ns) {
 
 Test(mhc_emulation, pre_group_projection_and_gram) { emulate_group(1); }
 Test(mhc_emulation, post_pre_group_projection_and_gram) { emulate_group(4); }
+
+/* ---- run_pre's projection kernel (2d): one warp, one group, the whole 256-wide tile -------------
+ * fn_pre's tile is scattered row-major into per-lane B fragments with the inverse functions
+ * (sk_mhc_b_kstep / _half / _lane), A comes by ldmatrix at sk_mhc_a_chunk for the tile's 16
+ * k-steps, Sum x^2 is the diagonal of A A^T with B = {a0, a2} / {a1, a3}, and the partial row is
+ * written through c_token / c_mix and the self-Gram holder: against direct sums, every slot once. */
+Test(mhc_emulation, pre_projection_warp_group) {
+  enum { KSTEPS = 16 };
+  static double x[G][256], fn[24][256], smem[G * CH * 8], frag[KSTEPS][32][3][2][2];
+  static int frag_written[KSTEPS][32][3][2];
+  uint32_t seed = 4242u;
+  for (int tk = 0; tk < G; tk++)
+    for (int h = 0; h < 256; h++) {
+      seed = seed * 1664525u + 1013904223u;
+      x[tk][h] = (double)((int)(seed >> 24) - 128) / 16.0;
+    }
+  for (int m = 0; m < 24; m++)
+    for (int c = 0; c < 256; c++) {
+      seed = seed * 1664525u + 1013904223u;
+      fn[m][c] = (double)((int)(seed >> 22) - 512) / 1024.0;
+    }
+  /* The fill: every even column pair of every mix lands in exactly one (k-step, lane, n-tile, half). */
+  memset(frag_written, 0, sizeof frag_written);
+  for (int mix = 0; mix < 24; mix++)
+    for (int col = 0; col < 256; col += 2) {
+      const int ks = sk_mhc_b_kstep(col), l = sk_mhc_b_lane(mix, col), nt = mix / 8, half = sk_mhc_b_half(col);
+      cr_assert(ks >= 0 && ks < KSTEPS && l >= 0 && l < 32 && half >= 0 && half < 2, "mix %d col %d out of range", mix, col);
+      cr_assert_eq(sk_mhc_b_col(ks / 4, ks % 4, half, l), col, "mix %d col %d: b_col does not invert", mix, col);
+      cr_assert_eq(sk_mhc_b_mix(nt, l), mix, "mix %d col %d: b_mix does not invert", mix, col);
+      frag[ks][l][nt][half][0] = fn[mix][col];
+      frag[ks][l][nt][half][1] = fn[mix][col + 1];
+      frag_written[ks][l][nt][half]++;
+    }
+  for (int ks = 0; ks < KSTEPS; ks++)
+    for (int l = 0; l < 32; l++)
+      for (int nt = 0; nt < 3; nt++)
+        for (int half = 0; half < 2; half++)
+          cr_assert_eq(frag_written[ks][l][nt][half], 1, "fragment ks %d lane %d nt %d half %d", ks, l, nt, half);
+  memset(smem, 0, sizeof smem);
+  for (int tk = 0; tk < G; tk++)
+    for (int c = 0; c < CH; c++)
+      for (int e = 0; e < 8; e++) smem[sk_mhc_chunk_index(1, tk, 0, c) * 8 + e] = x[tk][c * 8 + e];
+  double acc[3][32][4], gram[2][32][4];
+  memset(acc, 0, sizeof acc);
+  memset(gram, 0, sizeof gram);
+  for (int ks = 0; ks < KSTEPS; ks++) {
+    double a[32][4][2], b[32][4][2];
+    load_a_fragments(smem, 1, 0, ks / 4, ks % 4, a);
+    for (int nt = 0; nt < 3; nt++) {
+      for (int lane = 0; lane < 32; lane++)
+        for (int half = 0; half < 2; half++)
+          for (int e = 0; e < 2; e++) b[lane][half][e] = frag[ks][lane][nt][half][e];
+      mma(acc[nt], a, b);
+    }
+    for (int j = 0; j < 2; j++) {
+      for (int lane = 0; lane < 32; lane++)
+        for (int e = 0; e < 2; e++) {
+          b[lane][0][e] = a[lane][j][e];     /* a0 / a1 */
+          b[lane][1][e] = a[lane][2 + j][e]; /* a2 / a3 */
+        }
+      mma(gram[j], a, b);
+    }
+  }
+  static double row[G][36];
+  static int written[G][36];
+  memset(written, 0, sizeof written);
+  for (int lane = 0; lane < 32; lane++) {
+    const int row0 = sk_mhc_c_token(0, lane), mix0 = sk_mhc_c_mix(0, 0, lane);
+    for (int r = 0; r < 2; r++) {
+      const int tk = row0 + 8 * r;
+      for (int nt = 0; nt < 3; nt++)
+        for (int e = 0; e < 2; e++) {
+          row[tk][nt * 8 + mix0 + e] = acc[nt][lane][2 * r + e];
+          written[tk][nt * 8 + mix0 + e]++;
+        }
+      if (sk_mhc_self_gram_holder(lane))
+        for (int p = 24; p < 36; p++) {
+          row[tk][p] = p < 34 ? gram[r][lane][sk_mhc_self_gram_acc(r, lane)] : 0.0;
+          written[tk][p]++;
+        }
+    }
+  }
+  for (int tk = 0; tk < G; tk++) {
+    double sumsq = 0;
+    for (int h = 0; h < 256; h++) sumsq += x[tk][h] * x[tk][h];
+    for (int p = 0; p < 36; p++) {
+      cr_assert_eq(written[tk][p], 1, "token %d slot %d written %d times", tk, p, written[tk][p]);
+      double want = p < 24 ? 0 : p < 34 ? sumsq : 0;
+      if (p < 24)
+        for (int h = 0; h < 256; h++) want += fn[p][h] * x[tk][h];
+      cr_assert(fabs(row[tk][p] - want) <= 1e-9 * (1 + fabs(want)), "token %d slot %d: %g vs %g", tk, p, row[tk][p], want);
+    }
+  }
+}
 
 /* ---- fn = hi + mid + lo (bf16, round to nearest even) is exact ---------------------------------- */
 static float bf16_rn(float f) {

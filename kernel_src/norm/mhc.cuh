@@ -746,7 +746,8 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
     const float values[4] = {pieces[j].x, pieces[j].y, pieces[j].z, pieces[j].w};
 #pragma unroll
     for (int pair = 0; pair < 2; ++pair) {
-      const int col = col0 + 2 * pair, ks = col / 16, half = (col / 8) % 2, l = 4 * (mix % 8) + (col % 8) / 2;
+      const int col = col0 + 2 * pair, ks = sk_mhc_b_kstep(col), half = sk_mhc_b_half(col),
+                l = sk_mhc_b_lane(mix, col);
       u16 lo[kFnTerms], hi[kFnTerms];
       split_bf16x3(values[2 * pair], lo);
       split_bf16x3(values[2 * pair + 1], hi);
@@ -759,7 +760,6 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
   __syncthreads();  // the only CTA-wide barrier
 
   const u32* const lane_fn = fn_words + lane * kFnLaneWords;
-  const int g = lane >> 2, t = lane & 3;
   for (int i = 0; grp < groups; ++i, grp += WARPS) {
     const int next = grp + WARPS;
     if (next < groups) issue_projection_loads<HIDDEN>(x, buf_of(i + 1), first + static_cast<i64>(next) * kGroup, end, tile, lane);
@@ -774,7 +774,7 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
 #pragma unroll
     for (int ks = 0; ks < kTileKSteps; ++ks) {
       u32 a[4];
-      ldmatrix_x4(a, buf + sk_mhc_chunk_index(1, sk_mhc_a_row(lane), 0, 2 * ks + (lane >> 4)));
+      ldmatrix_x4(a, buf + sk_mhc_chunk_index(1, sk_mhc_a_row(lane), 0, sk_mhc_a_chunk(ks / 4, ks % 4, lane)));
       const uint4* w = reinterpret_cast<const uint4*>(lane_fn + ks * kWarpSize * kFnLaneWords);
       const uint4 w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
       const uint2 w4 = *reinterpret_cast<const uint2*>(w + 4);
@@ -793,11 +793,13 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
     }
     __syncwarp();  // every lane is done with buf before the next issue refills it
 
-    // Rows g and g + 8 of the group: mixes 8 nt + 2 t (+1); the terms added hi + mid, then + lo.
+    // Accumulators 2r, 2r + 1 of a lane (mma C layout, norm/mhc_layout.cuh): token row
+    // c_token(0) + 8r, mixes c_mix(nt, 0) and the next; the terms added hi + mid, then + lo.
     const i64 group_first = first + static_cast<i64>(grp) * kGroup;
+    const int row0 = sk_mhc_c_token(0, lane), mix0 = sk_mhc_c_mix(0, 0, lane);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const i64 tg = group_first + g + 8 * r;
+      const i64 tg = group_first + row0 + 8 * r;
       if (tg >= end) continue;
       float* row = partials + (tg * num_tiles(HIDDEN) + tile) * kPartialStride;
 #pragma unroll
@@ -806,11 +808,11 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
           v[e] = (acc[0][nt][2 * r + e] + acc[1][nt][2 * r + e]) + acc[2][nt][2 * r + e];
-        *reinterpret_cast<float2*>(row + nt * 8 + 2 * t) = make_float2(v[0], v[1]);
+        *reinterpret_cast<float2*>(row + nt * 8 + mix0) = make_float2(v[0], v[1]);  // n-tile nt: 8 mixes on
       }
-      // sum x^2 of token g (+ 8): C[g][g] of gram[0] / C[g + 8][g + 8] of gram[1], held by t = g / 2.
-      if (t == (g >> 1)) {
-        const float s = (g & 1) ? gram[r][2 * r + 1] : gram[r][2 * r];  // no run-time array index (local memory)
+      // sum x^2 of this row's token: its entry with itself in Gram MMA j = r.
+      if (sk_mhc_self_gram_holder(lane)) {
+        const float s = sk_mhc_self_gram_acc(r, lane) & 1 ? gram[r][2 * r + 1] : gram[r][2 * r];  // no run-time index
         float4* gram_slots = reinterpret_cast<float4*>(row + kMixes);
         gram_slots[0] = make_float4(s, s, s, s);
         gram_slots[1] = make_float4(s, s, s, s);

@@ -42,6 +42,13 @@ SK_MHC_FN int sk_mhc_b_col(int quarter, int ks, int half, int lane) {
   return quarter * 64 + ks * 16 + half * 8 + 2 * (lane & 3);
 }
 SK_MHC_FN int sk_mhc_b_mix(int nt, int lane) { return nt * 8 + (lane >> 2); }
+// The inverse over a whole tile (run_pre's projection kernel, 2d, whose fn_pre tile sits in shared
+// memory as B fragments): the even column col (0..254 of the tile) of mix `mix` is the first of the
+// pair in B register sk_mhc_b_half(col) of k-step sk_mhc_b_kstep(col) (0..15, i.e. quarter ks / 4,
+// k-step ks % 4 above) and n-tile mix / 8, held by lane sk_mhc_b_lane(mix, col).
+SK_MHC_FN int sk_mhc_b_kstep(int col) { return col / 16; }
+SK_MHC_FN int sk_mhc_b_half(int col) { return (col / 8) % 2; }
+SK_MHC_FN int sk_mhc_b_lane(int mix, int col) { return 4 * (mix % 8) + (col % 8) / 2; }
 // Accumulator i (0..3) of n-tile nt: token row and mix.
 SK_MHC_FN int sk_mhc_c_token(int i, int lane) { return (lane >> 2) + 8 * (i >> 1); }
 SK_MHC_FN int sk_mhc_c_mix(int nt, int i, int lane) { return nt * 8 + 2 * (lane & 3) + (i & 1); }
@@ -61,5 +68,11 @@ SK_MHC_FN int sk_mhc_gram_useful(int j, int i, int lane) {
 SK_MHC_FN int sk_mhc_gram_token(int j, int lane) { return 2 * j + ((lane >> 2) >> 2); }  // within the quad
 SK_MHC_FN int sk_mhc_gram_a(int lane) { return (lane >> 2) & 3; }
 SK_MHC_FN int sk_mhc_gram_b(int i, int lane) { return 2 * ((lane & 3) & 1) + (i & 1); }
+// 2d's sum x^2 as the diagonal of A A^T: MMA j takes tokens 8j..8j+7 as B (B = A's registers
+// {a0, a2} / {a1, a3}), so accumulator i of lane holds token c_token(i) times token
+// 8j + c_mix(0, i). The entry of row token g + 8j with itself is held by the lanes with
+// sk_mhc_self_gram_holder(lane), in accumulator sk_mhc_self_gram_acc(j, lane).
+SK_MHC_FN int sk_mhc_self_gram_holder(int lane) { return (lane & 3) == ((lane >> 2) >> 1); }
+SK_MHC_FN int sk_mhc_self_gram_acc(int j, int lane) { return 2 * j + ((lane >> 2) & 1); }
 // Partial-row Gram pair of streams (a, b), a <= b: (0,0) (1,1) (2,2) (3,3) (0,1) (0,2) (0,3) (1,2) (1,3) (2,3).
 SK_MHC_FN int sk_mhc_gram_pair(int a, int b) { return a == b ? a : 4 + a * (7 - a) / 2 + (b - a - 1); }
