@@ -12,7 +12,13 @@ constexpr int kBf16PerVector = 8;
 // Read-only-path load (ld.global.nc): only for data nobody writes while the kernel runs.
 SK_DEVICE uint4 load_readonly_16B(const void* ptr) { return __ldg(static_cast<const uint4*>(ptr)); }
 SK_DEVICE float4 load_readonly_f32x4(const float* ptr) { return __ldg(reinterpret_cast<const float4*>(ptr)); }
-SK_DEVICE void store_16B(void* ptr, uint4 bits) { *static_cast<uint4*>(ptr) = bits; }
+// One st.global.v4: a plain uint4 assignment is at times split by ptxas into four 4-byte STGs
+// (seen in the mhc finalize kernels), which quadruples the store instructions in flight.
+SK_DEVICE void store_16B(void* ptr, uint4 bits) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(bits.x), "r"(bits.y), "r"(bits.z),
+               "r"(bits.w)
+               : "memory");
+}
 
 // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits. Element 2k sits in
 // the low half of word k (little endian).
