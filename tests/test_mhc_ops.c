@@ -207,3 +207,55 @@ Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setu
   cr_assert_eq(b.dim[6], 1, "T = 4096 takes the split schedule by default");
   sk_mhc_plan_destroy(p);
 }
+
+/* SPARKINFER_MHC_PROJECTION_WARPS / _STAGES (the projection kernel's shape) are validated at plan
+ * time, against the target's shared memory per block too (no GPU needed), and bind's tokens per
+ * projection CTA are whole rounds of the chosen warps. */
+Test(mhc_ops, projection_shape_env_is_validated, .init = setup, .fini = teardown) {
+  const int64_t h = 256;
+  sk_mhc_caps c = {h, 4096, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
+  sk_mhc_plan *p;
+  static const struct { const char *knob, *value; } bad[] = {
+      {"SPARKINFER_MHC_PROJECTION_WARPS", "0"}, {"SPARKINFER_MHC_PROJECTION_WARPS", "9"},
+      {"SPARKINFER_MHC_PROJECTION_WARPS", "four"}, {"SPARKINFER_MHC_PROJECTION_STAGES", "0"},
+      {"SPARKINFER_MHC_PROJECTION_STAGES", "3"}, {"SPARKINFER_MHC_PROJECTION_STAGES", "-1"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv(bad[i].knob, bad[i].value, 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s=%s accepted", bad[i].knob, bad[i].value);
+    cr_assert(strstr(sk_last_error_message(), bad[i].knob), "%s", sk_last_error_message());
+    unsetenv(bad[i].knob);
+  }
+  /* 8 warps x 2 buffers = 168 KiB: an sm_90a block can have it, an sm_120a block cannot. */
+  setenv("SPARKINFER_MHC_PROJECTION_WARPS", "8", 1);
+  setenv("SPARKINFER_MHC_PROJECTION_STAGES", "2", 1);
+  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
+  sk_mhc_plan_destroy(p);
+  sk_mhc_caps c120 = c;
+  c120.arch = "sm_120a";
+  cr_assert_eq(sk_mhc_plan_create(&c120, &p), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "shared memory"), "%s", sk_last_error_message());
+  /* 8 x 1 (104 KiB) fits sm_90a, not sm_120a (99 KiB); 6 x 1 (88 KiB) and 3 x 2 do. */
+  static const struct { const char *arch, *warps, *stages; sk_status want; int64_t step; } shapes[] = {
+      {"sm_90a", "8", "1", SK_OK, 128}, {"sm_120a", "8", "1", SK_ERR_INVALID_ARGUMENT, 0},
+      {"sm_120a", "6", "1", SK_OK, 96}, {"sm_121a", "3", "2", SK_OK, 48}, {"sm_90a", "1", "1", SK_OK, 16},
+  };
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    setenv("SPARKINFER_MHC_PROJECTION_WARPS", shapes[i].warps, 1);
+    setenv("SPARKINFER_MHC_PROJECTION_STAGES", shapes[i].stages, 1);
+    sk_mhc_caps ci = c;
+    ci.arch = shapes[i].arch;
+    cr_assert_eq(sk_mhc_plan_create(&ci, &p), shapes[i].want, "%s %s x %s: %s", shapes[i].arch, shapes[i].warps,
+                 shapes[i].stages, sk_last_error_message());
+    if (shapes[i].want != SK_OK) continue;
+    sk_binding b;
+    bind_pre_offline(p, 4096, h, &b);
+    cr_assert_eq(b.dim[6], 1);
+    cr_assert(b.dim[3] >= shapes[i].step && b.dim[3] <= 16 * shapes[i].step && b.dim[3] % shapes[i].step == 0,
+              "%s %s x %s: %lld tokens per CTA", shapes[i].arch, shapes[i].warps, shapes[i].stages,
+              (long long)b.dim[3]);
+    sk_mhc_plan_destroy(p);
+  }
+  unsetenv("SPARKINFER_MHC_PROJECTION_WARPS");
+  unsetenv("SPARKINFER_MHC_PROJECTION_STAGES");
+}

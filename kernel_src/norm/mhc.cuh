@@ -663,24 +663,25 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
 // Bits: other summation order than kernel 2 (and 2b); deterministic, independent of
 // tokens_per_cta and of which warp ran a group.
 //
-// template <int HIDDEN, int WARPS> __global__ void pre_projection_kernel(
+// template <int HIDDEN, int WARPS, int STAGES> __global__ void pre_projection_kernel(
 //     const bf16* x,            // [T, H]
 //     const float* fn_pre,      // [24, H]
 //     float* partials,          // scratch: rows [0, T) x [0, S), slots 0..35 written (34, 35 zero)
 //     int num_tokens, int tokens_per_cta);
 // block = exactly WARPS * 32 threads (WARPS in 1..8); grid = (ceil(T / tokens_per_cta), S, 1);
 // tokens_per_cta a multiple of 16 (groups go to the warps round-robin); dynamic shared memory =
-// pre_projection_smem_bytes(WARPS) = 40 KiB + WARPS x 16 KiB (above 48 KiB: the host raises the
-// attribute). Suggested: WARPS 4 where 2 x 104 KiB fit an SM (sm_90, sm_100), else 3 (88 KiB:
-// sm_120's 99 KiB per block).
+// pre_projection_smem_bytes(WARPS, STAGES) = 40 KiB + WARPS x STAGES x 8 KiB (above 48 KiB: the
+// host raises the attribute). STAGES = x buffers per warp: 2 loads a warp's next group while it
+// multiplies the current one; 1 loads it after the MMAs (before the partial-row stores), so the
+// other warps of the SM must hide the load, and the same shared memory holds twice the warps.
+// Defaults: runtime/ops/norm/mhc.c (projection_shape).
 
-constexpr int kPreProjectionStages = 2;                   // cp.async buffers per warp
 constexpr int kTileKSteps = kTileH / 16;                  // 16 k-steps of mma.m16n8k16 per tile
 constexpr int kFnLaneWords = 20;                          // 18 fragment words + 2 pad: 16-byte rows, no bank conflicts
 SK_HOST_DEVICE constexpr int pre_projection_fn_bytes() { return kTileKSteps * kWarpSize * kFnLaneWords * 4; }
 SK_HOST_DEVICE constexpr int pre_projection_group_bytes() { return kGroup * kChunks * 16; }
-SK_HOST_DEVICE constexpr int pre_projection_smem_bytes(int warps) {
-  return pre_projection_fn_bytes() + warps * kPreProjectionStages * pre_projection_group_bytes();
+SK_HOST_DEVICE constexpr int pre_projection_smem_bytes(int warps, int stages) {
+  return pre_projection_fn_bytes() + warps * stages * pre_projection_group_bytes();
 }
 
 // One group's x chunks (16 tokens x 32 chunks of the tile) into a warp's buffer, in the swizzled
@@ -697,7 +698,7 @@ SK_DEVICE void issue_projection_loads(const bf16* __restrict__ x, uint4* buf, i6
   }
 }
 
-template <int HIDDEN, int WARPS>
+template <int HIDDEN, int WARPS, int STAGES>
 __global__ void __launch_bounds__(WARPS* kWarpSize)
     pre_projection_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre, float* __restrict__ partials,
                           int num_tokens, int tokens_per_cta) {
@@ -705,6 +706,7 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
   static_assert(kNTiles * kFnTerms * 2 + 2 == kFnLaneWords, "fragment words per lane and k-step");
   static_assert(WARPS >= 1 && WARPS <= 8, "1..8 warps");
+  static_assert(STAGES == 1 || STAGES == 2, "one or two x buffers per warp");
   extern __shared__ uint4 projection_smem[];
   u32* const fn_words = reinterpret_cast<u32*>(projection_smem);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -713,9 +715,8 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
   const i64 end = min_i64(first + tokens_per_cta, num_tokens);
   const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
   uint4* const warp_bufs =
-      projection_smem + pre_projection_fn_bytes() / 16 + warp * kPreProjectionStages * (pre_projection_group_bytes() / 16);
-  auto buf_of = [&](int i) { return warp_bufs + (i & 1) * (pre_projection_group_bytes() / 16); };
-  static_assert(kPreProjectionStages == 2, "buf_of picks by parity");
+      projection_smem + pre_projection_fn_bytes() / 16 + warp * STAGES * (pre_projection_group_bytes() / 16);
+  auto buf_of = [&](int i) { return warp_bufs + (i % STAGES) * (pre_projection_group_bytes() / 16); };
 
   // This warp's first group in flight before the fill.
   int grp = warp;
@@ -762,9 +763,13 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
   const u32* const lane_fn = fn_words + lane * kFnLaneWords;
   for (int i = 0; grp < groups; ++i, grp += WARPS) {
     const int next = grp + WARPS;
-    if (next < groups) issue_projection_loads<HIDDEN>(x, buf_of(i + 1), first + static_cast<i64>(next) * kGroup, end, tile, lane);
-    cp_async_commit();
-    cp_async_wait<1>();
+    if constexpr (STAGES == 2) {
+      if (next < groups) issue_projection_loads<HIDDEN>(x, buf_of(i + 1), first + static_cast<i64>(next) * kGroup, end, tile, lane);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncwarp();
     const uint4* buf = buf_of(i);
     float acc[kFnTerms][kNTiles][4], gram_acc[1][2][4];  // gram_acc[0][j]: tokens 8j..8j+7 as B
@@ -792,6 +797,10 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
       mma_bf16_m16n8k16(gram[1], a, b_high);
     }
     __syncwarp();  // every lane is done with buf before the next issue refills it
+    if constexpr (STAGES == 1) {
+      if (next < groups) issue_projection_loads<HIDDEN>(x, buf_of(i + 1), first + static_cast<i64>(next) * kGroup, end, tile, lane);
+      cp_async_commit();
+    }
 
     // Accumulators 2r, 2r + 1 of a lane (mma C layout, norm/mhc_layout.cuh): token row
     // c_token(0) + 8r, mixes c_mix(nt, 0) and the next; the terms added hi + mid, then + lo.

@@ -26,15 +26,44 @@
 #define POST_PRE_STAGE_BYTES (5 * GROUP * 32 * 16 + GROUP * 20 * 4)
 #define PRE_SUMS_BYTES (4 * GROUP * 24 * 4)
 #define POST_PRE_SUMS_BYTES (16 * GROUP * 24 * 4)
-/* run_pre's projection kernel (sk::mhc::pre_projection_kernel<H, WARPS>, 2d): WARPS warps, each
- * owning whole 16-token groups; shared memory = pre_projection_smem_bytes(WARPS): the fn_pre tile
- * as B fragments (16 x 32 x 80 B), then two 8 KiB buffers per warp. 4 warps (104 KiB, two CTAs per
- * SM) where the shared memory allows, 3 (88 KiB) on the others (sm_120's 99 KiB per block). */
-static int projection_warps(const char *arch) {
-  const int n = sk_arch_number(arch);
-  return n == 90 || n == 100 ? 4 : 3;
+/* run_pre's projection kernel (sk::mhc::pre_projection_kernel<H, WARPS, STAGES>, 2d): WARPS warps,
+ * each owning whole 16-token groups; shared memory = pre_projection_smem_bytes(WARPS, STAGES): the
+ * fn_pre tile as B fragments (16 x 32 x 80 B), then STAGES 8 KiB x buffers per warp. */
+#define PROJECTION_FN_BYTES (16 * 32 * 80)
+#define PROJECTION_GROUP_BYTES (GROUP * 32 * 16)
+static unsigned projection_smem(int warps, int stages) {
+  return PROJECTION_FN_BYTES + (unsigned)(warps * stages) * PROJECTION_GROUP_BYTES;
 }
-static unsigned projection_smem(int warps) { return 16 * 32 * 80 + (unsigned)warps * 2 * GROUP * 32 * 16; }
+/* Largest dynamic shared memory of one block on the arch (CUDA programming guide, compute
+ * capabilities): what a knob-chosen projection shape must fit, checked without a GPU. */
+static unsigned block_smem_limit(int arch_number) {
+  if (arch_number == 90 || arch_number == 100 || arch_number == 103) return 227 * 1024;
+  if (arch_number == 80 || arch_number == 87) return 163 * 1024;
+  return 99 * 1024; /* sm_86, sm_89, sm_120, sm_121 */
+}
+/* Defaults: 4 warps x 2 buffers (104 KiB, two CTAs per SM) where the shared memory allows, 3 x 2
+ * (88 KiB) elsewhere (sm_120's 99 KiB per block). SPARKINFER_MHC_PROJECTION_WARPS (1..8) and
+ * SPARKINFER_MHC_PROJECTION_STAGES (1, 2) override them, read at plan (and manifest) time. */
+static sk_status projection_shape(const char *arch, int *warps, int *stages) {
+  const int n = sk_arch_number(arch);
+  uint64_t w, st;
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_PROJECTION_WARPS", n == 90 || n == 100 ? 4 : 3, &w));
+  if (w < 1 || w > 8)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_PROJECTION_WARPS=%llu: expected 1 .. 8",
+                        (unsigned long long)w);
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_PROJECTION_STAGES", 2, &st));
+  if (st < 1 || st > 2)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_PROJECTION_STAGES=%llu: expected 1 or 2",
+                        (unsigned long long)st);
+  const unsigned bytes = projection_smem((int)w, (int)st);
+  if (bytes > block_smem_limit(n))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "norm.mhc projection kernel: %llu warps x %llu stages need %u bytes of shared memory, more "
+                        "than the %u a block of %s can have (SPARKINFER_MHC_PROJECTION_WARPS / _STAGES)",
+                        (unsigned long long)w, (unsigned long long)st, bytes, block_smem_limit(n), arch);
+  *warps = (int)w, *stages = (int)st;
+  return SK_OK;
+}
 #define MAX_STAGES 4
 /* Decode partial kernels (scalar FMA): one warp per (token, tile, role), 6 roles of 4 mixes. */
 #define SCALAR_ROLES 6
@@ -80,6 +109,7 @@ struct sk_mhc_plan {
   int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
   int64_t split_min_t;  /* run_pre, T >= this (above scalar_max_t): the split schedule (SPARKINFER_MHC_SPLIT_MIN_T; 0: never) */
   int projection_warps;         /* pre_projection_kernel's WARPS for the plan's arch */
+  int projection_stages;        /* its x buffers per warp (STAGES) */
   int projection_ctas_per_sm;   /* its resident CTAs per SM (occupancy API at plan time; 0 offline) */
   int fused_decode;     /* SPARKINFER_MHC_FUSED_DECODE: 0 keeps the two launches */
   /* T <= this (and <= scalar_max_t): one fused launch, per entry [0] pre, [1] post_pre; from the
@@ -169,7 +199,8 @@ static const char *weight_type(sk_mhc_norm_weight w) {
   return w == SK_MHC_NORM_BF16 ? "__nv_bfloat16" : w == SK_MHC_NORM_FP32 ? "float" : "sk::mhc::NoNormWeight";
 }
 
-static void kernel_names(const sk_mhc_caps *c, char names[K_COUNT][128], char params[96]) {
+static void kernel_names(const sk_mhc_caps *c, int projection_warps, int projection_stages, char names[K_COUNT][128],
+                         char params[96]) {
   const long long h = (long long)c->hidden;
   const char *w = weight_type(c->norm_weight);
   snprintf(names[K_POST], 128, "sk::mhc::post_kernel<%lld>", h);
@@ -181,7 +212,8 @@ static void kernel_names(const sk_mhc_caps *c, char names[K_COUNT][128], char pa
   snprintf(names[K_POST_PRE_PARTIAL_SCALAR], 128, "sk::mhc::post_pre_partial_scalar_kernel<%lld>", h);
   snprintf(names[K_PRE_FUSED_DECODE], 128, "sk::mhc::pre_fused_decode_kernel<%lld, %s>", h, w);
   snprintf(names[K_POST_PRE_FUSED_DECODE], 128, "sk::mhc::post_pre_fused_decode_kernel<%lld, %s>", h, w);
-  snprintf(names[K_PRE_PROJECTION], 128, "sk::mhc::pre_projection_kernel<%lld, %d>", h, projection_warps(c->arch));
+  snprintf(names[K_PRE_PROJECTION], 128, "sk::mhc::pre_projection_kernel<%lld, %d, %d>", h, projection_warps,
+           projection_stages);
   static const char *const nw[] = {"none", "bf16", "fp32"};
   snprintf(params, 96, "hidden=%lld norm_weight=%s", h, nw[c->norm_weight]);
 }
@@ -223,18 +255,19 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   p->caps.arch = p->arch;
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
   char names[K_COUNT][128], params[96];
-  kernel_names(&p->caps, names, params);
+  if (s == SK_OK) s = projection_shape(p->arch, &p->projection_warps, &p->projection_stages);
+  if (s == SK_OK) kernel_names(&p->caps, p->projection_warps, p->projection_stages, names, params);
   if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t, &p->split_min_t);
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_MHC_FUSED_DECODE", 1, &p->fused_decode);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
-  p->projection_warps = projection_warps(p->arch);
-  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PROJECTION], projection_smem(p->projection_warps));
+  const unsigned projection_bytes = projection_smem(p->projection_warps, p->projection_stages);
+  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PROJECTION], projection_bytes);
   if (s == SK_OK && p->k[K_PRE_PROJECTION] && p->sm_count > 0)
-    p->projection_ctas_per_sm = sk_op_resident_ctas_per_sm(p->k[K_PRE_PROJECTION], p->projection_warps * 32,
-                                                           projection_smem(p->projection_warps));
+    p->projection_ctas_per_sm =
+        sk_op_resident_ctas_per_sm(p->k[K_PRE_PROJECTION], p->projection_warps * 32, projection_bytes);
   if (s == SK_OK) {
     p->fused_max_t[0] = fused_max_tokens(p, K_PRE_FUSED_DECODE);
     p->fused_max_t[1] = fused_max_tokens(p, K_POST_PRE_FUSED_DECODE);
@@ -455,7 +488,8 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
     void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[6], &t, &tpc};
     SK_TRY(sk_kernel_launch_ex(p->k[K_PRE_PROJECTION], (sk_dim3){(unsigned)sk_cdiv(t, tpc), s, 1},
                                (sk_dim3){(unsigned)p->projection_warps * 32, 1, 1},
-                               projection_smem(p->projection_warps), stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
+                               projection_smem(p->projection_warps, p->projection_stages), stream, args,
+                               SK_LAUNCH_OVERLAP_PREVIOUS));
   } else {
     const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
@@ -504,7 +538,9 @@ static sk_status mhc_requests(const cJSON *j, const char *arch, sk_request_list 
   }
   if (check_caps(&c) != SK_OK) return sk_set_error(SK_ERR_MANIFEST, "%s", sk_last_error_message());
   char names[K_COUNT][128], params[96];
-  kernel_names(&c, names, params);
+  int warps, stages;
+  SK_TRY(projection_shape(arch, &warps, &stages));
+  kernel_names(&c, warps, stages, names, params);
   for (int i = 0; i < K_COUNT; i++) {
     sk_kernel_request r = {OP, SOURCE, names[i], params, arch, NULL, 0, 0};
     SK_TRY(sk_request_list_add(out, &r));
