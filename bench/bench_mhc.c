@@ -5,7 +5,8 @@
  * warm-up, median of 7 rounds (GB/s from these; "graph": the same 100 runs replayed from a CUDA
  * graph, GPU time without the host's launch cost); random data. SK_BENCH_H=7168 SK_BENCH_T=1,4096 keep only those rows.
  * For T <= 8, "pre/2-launch" and "post_pre/2-launch" rows time the same entry points with
- * SPARKINFER_MHC_FUSED_DECODE=0 (scalar partial + finalize) next to the fused decode launch. */
+ * SPARKINFER_MHC_FUSED_DECODE=0 (scalar partial + finalize) next to the fused decode launch.
+ * SK_BENCH_SINKHORN=N plans N Sinkhorn rounds instead of 20 (how much the finalize's comb costs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,9 @@ int main(void) {
     for (int ti = 0; ti < (int)(sizeof ts / sizeof ts[0]); ti++) {
       const int64_t h = hs[hi], t = ts[ti];
       if (!bench_keep("SK_BENCH_H", h) || !bench_keep("SK_BENCH_T", t)) continue; /* quick sweeps */
-      sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
+      const char *iters_env = getenv("SK_BENCH_SINKHORN");
+      const int iters = iters_env && atoi(iters_env) > 0 ? atoi(iters_env) : 20;
+      sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, iters, 1e-6f, 1e-6f, 1e-6f, NULL};
       sk_mhc_plan *p, *two_launch = NULL;
       SK(sk_mhc_plan_create(&caps, &p));
       if (t <= 8) { /* the knob is read at plan time */
