@@ -295,3 +295,29 @@ Test(mhc_emulation, three_term_bf16_split_of_fp32_is_exact) {
     cr_assert_eq((double)hi + (double)mid + (double)lo, (double)f, "split of %a is not exact", (double)f);
   }
 }
+
+/* The kernels step a lane's ldmatrix row address from k-step 0 to k-step ks by one XOR
+ * (sk_mhc_kstep_offset) instead of recomputing the swizzled chunk index: check that identity for
+ * every row the projection and the Gram MMAs address (both NS), every quarter, k-step and lane. */
+Test(mhc_emulation, kstep_offset_steps_every_ldmatrix_row) {
+  int checked = 0;
+  for (int ns = 1; ns <= 4; ns *= 4)
+    for (int token = 0; token < SK_MHC_GROUP; token++)
+      for (int stream = 0; stream < ns; stream++)
+        for (int quarter = 0; quarter < 4; quarter++)
+          for (int lane = 0; lane < 32; lane++)
+            for (int ks = 0; ks < SK_MHC_WARP_KSTEPS; ks++) {
+              const int a0 = 16 * sk_mhc_chunk_index(ns, token, stream, sk_mhc_a_chunk(quarter, 0, lane));
+              const int a = 16 * sk_mhc_chunk_index(ns, token, stream, sk_mhc_a_chunk(quarter, ks, lane));
+              cr_assert_eq(sk_mhc_kstep_offset(a0, ks), a, "A ns %d token %d stream %d q %d lane %d ks %d", ns, token,
+                           stream, quarter, lane, ks);
+              const int b0 = 16 * sk_mhc_chunk_index(ns, token, stream, sk_mhc_gram_b_chunk(quarter, 0, lane));
+              const int b = 16 * sk_mhc_chunk_index(ns, token, stream, sk_mhc_gram_b_chunk(quarter, ks, lane));
+              cr_assert_eq(sk_mhc_kstep_offset(b0, ks), b, "Gram B ns %d token %d stream %d q %d lane %d ks %d", ns,
+                           token, stream, quarter, lane, ks);
+              /* 128-byte aligned buffers keep it: the offsets never carry into bit 7. */
+              cr_assert_eq((1024 + a0) ^ (ks << 5), 1024 + a);
+              checked++;
+            }
+  cr_assert_eq(checked, (1 * 16 + 4 * 16) * 4 * 32 * SK_MHC_WARP_KSTEPS);
+}

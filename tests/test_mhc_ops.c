@@ -259,3 +259,39 @@ Test(mhc_ops, projection_shape_env_is_validated, .init = setup, .fini = teardown
   unsetenv("SPARKINFER_MHC_PROJECTION_WARPS");
   unsetenv("SPARKINFER_MHC_PROJECTION_STAGES");
 }
+
+/* SPARKINFER_MHC_FN_SMEM_TERMS (post_pre partial: fn terms in shared memory) is validated at plan
+ * time against the target's shared memory per block with the chosen stages; unset, it takes the
+ * most terms (up to 2) that fit, so every stage count stays plannable. */
+Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = setup, .fini = teardown) {
+  sk_mhc_caps c = {256, 64, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
+  sk_mhc_plan *p;
+  static const char *const bad[] = {"4", "two", "-1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("SPARKINFER_MHC_FN_SMEM_TERMS", bad[i], 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
+    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_FN_SMEM_TERMS"), "%s", sk_last_error_message());
+  }
+  /* {arch, stages, terms (NULL: unset), expected}: 2 stages + 2 terms = 183 KiB fit sm_90a, not
+   * sm_120a (99 KiB); 3 stages (172 KiB) take at most 1 term, 4 stages (213 KiB) none. */
+  static const struct { const char *arch, *stages, *terms; sk_status want; } cases[] = {
+      {"sm_90a", "2", NULL, SK_OK},  {"sm_90a", "2", "2", SK_OK},   {"sm_90a", "2", "3", SK_ERR_INVALID_ARGUMENT},
+      {"sm_90a", "3", NULL, SK_OK},  {"sm_90a", "3", "1", SK_OK},   {"sm_90a", "3", "2", SK_ERR_INVALID_ARGUMENT},
+      {"sm_90a", "4", NULL, SK_OK},  {"sm_90a", "4", "1", SK_ERR_INVALID_ARGUMENT},
+      {"sm_120a", "2", NULL, SK_OK}, {"sm_120a", "2", "0", SK_OK}, {"sm_120a", "2", "1", SK_ERR_INVALID_ARGUMENT},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("SPARKINFER_MHC_STAGES", cases[i].stages, 1);
+    if (cases[i].terms) setenv("SPARKINFER_MHC_FN_SMEM_TERMS", cases[i].terms, 1);
+    else unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
+    sk_mhc_caps ci = c;
+    ci.arch = cases[i].arch;
+    const sk_status got = sk_mhc_plan_create(&ci, &p);
+    cr_assert_eq(got, cases[i].want, "%s, %s stages, terms %s: %s", cases[i].arch, cases[i].stages,
+                 cases[i].terms ? cases[i].terms : "(default)", sk_last_error_message());
+    if (got == SK_OK) sk_mhc_plan_destroy(p);
+    else cr_assert(strstr(sk_last_error_message(), "shared memory"), "%s", sk_last_error_message());
+  }
+  unsetenv("SPARKINFER_MHC_STAGES");
+  unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
+}

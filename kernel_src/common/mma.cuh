@@ -106,6 +106,16 @@ SK_DEVICE void ldmatrix_x2(u32 (&r)[2], const void* row_ptr) {
                : "r"(smem_addr(row_ptr)));
 }
 
+// The same from a shared-memory address (u32), for callers that step addresses themselves.
+SK_DEVICE void ldmatrix_x4_at(u32 (&r)[4], u32 smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address));
+}
+SK_DEVICE void ldmatrix_x2_at(u32 (&r)[2], u32 smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_address));
+}
+
 // 16-byte global -> shared copy; src_bytes < 16 zero-fills the rest (0: pure zero fill).
 SK_DEVICE void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes = 16) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src),

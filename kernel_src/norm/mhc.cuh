@@ -41,7 +41,7 @@
 //        bf16* residual_out,      // [T, 4, H]   written: all (4 copies of x)
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..35 (34, 35 zero)
 //        int num_tokens, int tokens_per_cta, int num_stages);
-//    template <int HIDDEN> __global__ void post_pre_partial_kernel(
+//    template <int HIDDEN, int FN_SMEM> __global__ void post_pre_partial_kernel(
 //        const bf16* x,           // [T, H]
 //        const bf16* residual,    // [T, 4, H]
 //        const float* prev_post,  // [T, 4]
@@ -55,10 +55,12 @@
 //    block = exactly 128 threads (pre) / 512 threads (post_pre); grid = (ceil(T / tokens_per_cta), S, 1).
 //    tokens_per_cta: a multiple of 16 (16 .. 1024); bits do not depend on it.
 //    num_stages in {2, 3, 4}: cp.async stage buffers; 2 runs the lockstep schedule, 3-4 the
-//    pipelined one (same bits). Dynamic shared memory = partial_smem_bytes(NS, num_stages) =
-//    num_stages * partial_stage_bytes(NS) (+ 2 * partial_sums_bytes(NS) for 3-4 stages):
-//    pre 16 / 36 / 44 KiB, post_pre 82.5 / 172 / 213 KiB for 2 / 3 / 4 stages; above 48 KiB the
-//    host raises the kernel's max dynamic shared memory attribute. Static smem 5 KiB.
+//    pipelined one (same bits). FN_SMEM (post_pre; pre: 0) = fn terms in shared memory instead of
+//    registers (the last ones: lo, then mid; same bits). Dynamic shared memory =
+//    partial_dynamic_smem_bytes(NS, num_stages, FN_SMEM) = 128 (alignment slack) + num_stages *
+//    partial_stage_bytes(NS) (+ 2 * partial_sums_bytes(NS) for 3-4 stages) + FN_SMEM * 48 KiB:
+//    pre 16 / 36 / 44 KiB, post_pre 82.5 / 172 / 213 KiB for 2 / 3 / 4 stages (+ 128 B); above
+//    48 KiB the host raises the kernel's max dynamic shared memory attribute. Static smem 5 KiB.
 //    Suggested: num_stages 2 (measured fastest on the H200; 3-4 need sm_90/sm_100 shared memory);
 //    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
 //
@@ -256,6 +258,14 @@ SK_HOST_DEVICE constexpr int partial_sums_bytes(int ns) { return 4 * ns * kGroup
 SK_HOST_DEVICE constexpr int partial_smem_bytes(int ns, int stages) {
   return stages * partial_stage_bytes(ns) + (stages >= 3 ? 2 * partial_sums_bytes(ns) : 0);
 }
+// One fn term's fragments of every warp, [warp][k-step][n-tile][lane] x 8 bytes: post_pre 48 KiB,
+// pre 12 KiB. FN_SMEM of these (the last terms: lo, then mid) follow partial_smem_bytes.
+SK_HOST_DEVICE constexpr int partial_fn_term_bytes(int ns) { return 4 * ns * kWarpKSteps * kNTiles * kWarpSize * 8; }
+// Alignment of the stage buffers (see partial_body) and the dynamic shared memory a launch gives.
+constexpr int kPartialSmemAlign = 128;
+SK_HOST_DEVICE constexpr int partial_dynamic_smem_bytes(int ns, int stages, int fn_smem) {
+  return kPartialSmemAlign + partial_smem_bytes(ns, stages) + fn_smem * partial_fn_term_bytes(ns);
+}
 
 // fn = hi + mid + lo with each term a bf16 (round to nearest): f - hi and (f - hi) - mid are
 // exact in fp32 and the last remainder has at most 8 significant bits, so the sum is exactly f
@@ -390,7 +400,24 @@ SK_DEVICE void cp_async_wait_pending(int n_pending) {  // wait_group takes an im
 }
 
 typedef float GramSums[4][kGroup][kGramPairs];  // [quarter][token][pair]
-typedef u32 FnFragments[kFnTerms][kWarpKSteps][kNTiles][2];
+// A warp's fn fragments: the first REG_TERMS terms in registers, the others (FN_SMEM = 3 -
+// REG_TERMS) in this warp's own slice of shared memory ([term][k-step][n-tile][lane], 8 bytes a
+// lane: conflict-free). Shared memory holds them only to free registers (post_pre's partial runs
+// 512 threads at 128 registers, 72 of them fn): every warp reads back only what it wrote.
+template <int FN_SMEM>
+struct FnFragments {
+  static constexpr int kRegTerms = kFnTerms - FN_SMEM;
+  u32 reg[kRegTerms > 0 ? kRegTerms : 1][kWarpKSteps][kNTiles][2];
+  const uint2* smem;  // this warp's FN_SMEM terms
+  SK_DEVICE void b(int term, int ks, int nt, int lane, u32 (&out)[2]) const {
+    if (term < kRegTerms) {
+      out[0] = reg[term][ks][nt][0], out[1] = reg[term][ks][nt][1];
+    } else {
+      const uint2 w = smem[(((term - kRegTerms) * kWarpKSteps + ks) * kNTiles + nt) * kWarpSize + lane];
+      out[0] = w.x, out[1] = w.y;
+    }
+  }
+};
 
 // Gram units of one group (u = warp, warp + kWarps, ...: token quad u / 4, hidden quarter u % 4),
 // written straight to gram_sums.
@@ -415,22 +442,26 @@ SK_DEVICE void group_gram(const uint4* buf, GramSums& gram_sums, int warp, int l
     return;
   }
   constexpr int kWarps = 4 * NS;
+  const u32 base = smem_addr(buf);  // 128-byte aligned (partial_body): sk_mhc_kstep_offset applies
 #pragma unroll 1
   for (int unit = warp; unit < kGramUnits; unit += kWarps) {
     const int quad = unit / 4, gq = unit % 4;
     float gram[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const int ar = sk_mhc_a_row(lane), br = sk_mhc_gram_b_row(lane);
+    const int a_off = 16 * sk_mhc_chunk_index(NS, 4 * quad + ar / 4, sk_mhc_gram_stream(NS, ar), sk_mhc_a_chunk(gq, 0, lane));
+    int b_off[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      b_off[j] = 16 * sk_mhc_chunk_index(NS, 4 * quad + 2 * j + br / 4, sk_mhc_gram_stream(NS, br),
+                                         sk_mhc_gram_b_chunk(gq, 0, lane));
 #pragma unroll
     for (int ks = 0; ks < kWarpKSteps; ++ks) {
-      const int ar = sk_mhc_a_row(lane);
       u32 afrag[4];
-      ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, 4 * quad + ar / 4, sk_mhc_gram_stream(NS, ar),
-                                                  sk_mhc_a_chunk(gq, ks, lane)));
+      ldmatrix_x4_at(afrag, base + sk_mhc_kstep_offset(a_off, ks));
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int br = sk_mhc_gram_b_row(lane);
         u32 bfrag[2];
-        ldmatrix_x2(bfrag, buf + sk_mhc_chunk_index(NS, 4 * quad + 2 * j + br / 4, sk_mhc_gram_stream(NS, br),
-                                                    sk_mhc_gram_b_chunk(gq, ks, lane)));
+        ldmatrix_x2_at(bfrag, base + sk_mhc_kstep_offset(b_off[j], ks));
         mma_bf16_m16n8k16(gram[j], afrag, bfrag);
       }
     }
@@ -446,21 +477,27 @@ SK_DEVICE void group_gram(const uint4* buf, GramSums& gram_sums, int warp, int l
 }
 
 // Projection of this warp's 64-element slice of stream `stream` for the group's 16 tokens.
-template <int NS>
-SK_DEVICE void group_projection(const uint4* buf, const FnFragments& b, int stream, int quarter, int lane,
+template <int NS, int FN_SMEM>
+SK_DEVICE void group_projection(const uint4* buf, const FnFragments<FN_SMEM>& b, int stream, int quarter, int lane,
                                 float (&acc)[kNTiles][4]) {
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  const u32 base = smem_addr(buf);  // 128-byte aligned (partial_body): sk_mhc_kstep_offset applies
+  const int a_off = 16 * sk_mhc_chunk_index(NS, sk_mhc_a_row(lane), stream, sk_mhc_a_chunk(quarter, 0, lane));
 #pragma unroll
   for (int ks = 0; ks < kWarpKSteps; ++ks) {
     u32 afrag[4];
-    ldmatrix_x4(afrag, buf + sk_mhc_chunk_index(NS, sk_mhc_a_row(lane), stream, sk_mhc_a_chunk(quarter, ks, lane)));
+    ldmatrix_x4_at(afrag, base + sk_mhc_kstep_offset(a_off, ks));
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-      for (int term = 0; term < kFnTerms; ++term) mma_bf16_m16n8k16(acc[nt], afrag, b[term][ks][nt]);
+      for (int term = 0; term < kFnTerms; ++term) {
+        u32 frag[2];
+        b.b(term, ks, nt, lane, frag);
+        mma_bf16_m16n8k16(acc[nt], afrag, frag);
+      }
   }
 }
 
@@ -522,14 +559,18 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, const float* proj_
 //     the other half stage(i+1) first, so the tensor pipe (MMA) and the FMA pipe (mix-back)
 //     work at the same time. Sums go to two dedicated buffers (group parity); loads are issued
 //     into the buffer MMA(i-1) released, stages - 2 groups ahead of the mix-back.
-template <int HIDDEN, int NS>
+template <int HIDDEN, int NS, int FN_SMEM>
 SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, int tokens_per_cta, int num_stages) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
   static_assert(kMaxStages - 2 <= 2, "cp_async_wait_pending covers up to 2 pending groups");
   constexpr int kStageU4 = partial_stage_bytes(NS) / 16;
   static_assert(4 * NS * kGroup * kMixes * 4 <= NS * kGroup * kChunks * 16, "projection sums fit the stream region");
-  extern __shared__ uint4 stage_smem[];
+  extern __shared__ uint4 dynamic_smem[];
   __shared__ GramSums gram_sums[2];  // [group parity] (the lockstep loop uses [0])
+  // Stage buffers from a 128-byte boundary (the launch adds kPartialSmemAlign bytes of slack):
+  // the MMAs step their ldmatrix rows by XOR (sk_mhc_kstep_offset), which needs it.
+  static_assert(partial_stage_bytes(NS) % kPartialSmemAlign == 0, "every stage buffer 128-byte aligned");
+  uint4* const stage_smem = dynamic_smem + ((kPartialSmemAlign - smem_addr(dynamic_smem) % kPartialSmemAlign) % kPartialSmemAlign) / 16;
 
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -552,7 +593,12 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
 
   // fn slice of this warp, split into 3 bf16 terms, for every token of the CTA:
   // b[term][ks][nt][half] = the pair fn[mix][col], fn[mix][col + 1] of sk_mhc_b_col / sk_mhc_b_mix.
-  FnFragments b;
+  static_assert(FN_SMEM >= 0 && FN_SMEM <= kFnTerms, "0..3 fn terms in shared memory");
+  FnFragments<FN_SMEM> b;
+  // This warp's slice of the fn-term region (after the stages and sums).
+  uint2* const fn_smem = reinterpret_cast<uint2*>(stage_smem + partial_smem_bytes(NS, stages) / 16) +
+                         warp * FN_SMEM * kWarpKSteps * kNTiles * kWarpSize;
+  b.smem = fn_smem;
   {
     const float* fn_warp = a.fn + static_cast<i64>(stream) * HIDDEN + static_cast<i64>(tile) * kTileH;
 #pragma unroll
@@ -567,23 +613,36 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
           split_bf16x3(f.x, lo);
           split_bf16x3(f.y, hi);
 #pragma unroll
-          for (int term = 0; term < kFnTerms; ++term)
-            b[term][ks][nt][half] = static_cast<u32>(lo[term]) | (static_cast<u32>(hi[term]) << 16);
+          for (int term = 0; term < kFnTerms; ++term) {
+            const u32 word = static_cast<u32>(lo[term]) | (static_cast<u32>(hi[term]) << 16);
+            if (term < FnFragments<FN_SMEM>::kRegTerms) {
+              b.reg[term][ks][nt][half] = word;
+            } else {
+              u32* slot = reinterpret_cast<u32*>(
+                  fn_smem + ((term - FnFragments<FN_SMEM>::kRegTerms) * kWarpKSteps + ks) * kNTiles * kWarpSize +
+                  nt * kWarpSize + lane);
+              slot[half] = word;
+            }
+          }
         }
   }
+  if (FN_SMEM > 0) __syncwarp();  // the warp's own slice: written and read by its lanes only
 
   float acc[kNTiles][4];
   if (stages == 2) {
+    // Buffers by parity, spelled out: through group_buf the compiler kept a run-time division by
+    // `stages` in every iteration (Nsight Compute, seventy-fifth run).
+    auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageU4; };
     for (int grp = 0; grp < groups; ++grp) {
-      uint4* buf = group_buf(grp);
+      uint4* buf = parity_buf(grp);
       cp_async_wait<0>();
       __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
-      if (grp + 1 < groups) issue_group_loads(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
+      if (grp + 1 < groups) issue_group_loads(a, parity_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
       stage_group(a, buf, group_first(grp), end, tile);
       __syncthreads();
       group_gram<NS>(buf, gram_sums[0], warp, lane);  // not aliased: its readers passed the first barrier
-      group_projection<NS>(buf, b, stream, quarter, lane, acc);
+      group_projection<NS, FN_SMEM>(buf, b, stream, quarter, lane, acc);
       __syncthreads();  // every warp is done reading the stream region: reuse it for the sums
       store_projection(reinterpret_cast<float*>(buf), acc, warp, lane);
       __syncthreads();
@@ -607,7 +666,7 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
       for (int step = 0; step < 2; ++step) {
         if ((step == 0) == mma_first) {
           group_gram<NS>(group_buf(grp), gram_sums[grp % 2], warp, lane);
-          group_projection<NS>(group_buf(grp), b, stream, quarter, lane, acc);
+          group_projection<NS, FN_SMEM>(group_buf(grp), b, stream, quarter, lane, acc);
           store_projection(sums + (grp % 2) * kSumsFloats, acc, warp, lane);
         } else if (grp + 1 < groups) {
           stage_group(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
@@ -635,10 +694,10 @@ __global__ void __launch_bounds__(4 * kWarpSize, 4)
                        float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
   pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   const PartialArgs<HIDDEN, 1> a{x, nullptr, nullptr, nullptr, fn_pre, residual_out, partials};
-  partial_body<HIDDEN, 1>(a, num_tokens, tokens_per_cta, num_stages);
+  partial_body<HIDDEN, 1, 0>(a, num_tokens, tokens_per_cta, num_stages);
 }
 
-template <int HIDDEN>
+template <int HIDDEN, int FN_SMEM>
 __global__ void __launch_bounds__(16 * kWarpSize, 1)
     post_pre_partial_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
                             const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
@@ -646,7 +705,7 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
                             float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
   pdl_wait_for_previous();  // launched overlapped (docs/architecture.md, Launch); dependents: partial_body's end
   const PartialArgs<HIDDEN, kStreams> a{x, residual, prev_post, prev_comb, fn, residual_out, partials};
-  partial_body<HIDDEN, kStreams>(a, num_tokens, tokens_per_cta, num_stages);
+  partial_body<HIDDEN, kStreams, FN_SMEM>(a, num_tokens, tokens_per_cta, num_stages);
 }
 
 // ---- 2d. run_pre's projection, one warp per 16-token group (prefill: the split schedule) ---------------

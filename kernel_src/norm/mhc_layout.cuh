@@ -36,6 +36,11 @@ SK_MHC_FN int sk_mhc_a_row(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8
 SK_MHC_FN int sk_mhc_a_chunk(int quarter, int ks, int lane) {
   return quarter * 8 + ks * 2 + (lane >> 4);
 }
+// Byte offset (within a 128-byte aligned stage buffer) of the same lane's ldmatrix row at k-step
+// ks, from its offset at k-step 0: the chunks of k-steps 0..3 (a_chunk, gram_b_chunk) differ in
+// chunk bits 1-2 only, which the swizzle XORs and nothing else touches, so one XOR on byte-offset
+// bits 5-6 steps them (one instruction per ldmatrix instead of the recomputed swizzle).
+SK_MHC_FN int sk_mhc_kstep_offset(int offset_ks0, int ks) { return offset_ks0 ^ (ks << 5); }
 // fn column (relative to the stream's tile start s*H + tile*256; run_pre: tile*256) of the first
 // of the two fp32 values of B register `half` (b0: 0, b1: 1) of k-step ks; the mix is nt*8 + g.
 SK_MHC_FN int sk_mhc_b_col(int quarter, int ks, int half, int lane) {

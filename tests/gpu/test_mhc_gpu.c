@@ -470,3 +470,78 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   CUDA_OK(cudaFree(scratch));
   sk_mhc_plan_destroy(plan);
 }
+
+/* The post_pre partial's variants compute the same bits (docs/ops/norm.mhc.md): fn terms in
+ * registers or shared memory (SPARKINFER_MHC_FN_SMEM_TERMS) and the lockstep or pipelined
+ * schedule (SPARKINFER_MHC_STAGES), both read at plan time. Every output of run_post_pre against
+ * the default plan's, byte for byte, on fresh inputs and poisoned outputs. */
+Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini = teardown, .timeout = 600) {
+  uint64_t seed = skref_test_seed("gpu mhc partial variants");
+  skref_rng r;
+  skref_rng_seed(&r, seed);
+  static const struct { const char *stages, *fn_terms; } variants[] = {{"2", "0"}, {"2", "1"}, {"2", "2"}, {"3", "0"}, {"3", "1"}};
+  const int hs[] = {2048, 7168}, t = 1000;
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (size_t hi = 0; hi < 2; hi++) {
+    const int h = hs[hi];
+    const size_t th = (size_t)t * h, t4h = 4 * th, out_bytes = t4h * 2 + th * 2 + (size_t)t * 16 + (size_t)t * 64;
+    uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
+    float *pp = malloc((size_t)t * 16), *pc = malloc((size_t)t * 64), *fn = malloc((size_t)96 * h * 4), sc[3], ba[24];
+    fill_bf16(&r, x, th, 1);
+    fill_bf16(&r, res, t4h, 1);
+    fill_bf16(&r, w, (size_t)h, 1);
+    fill_f32(&r, pp, (size_t)t * 4, 0.1, 1.9);
+    fill_f32(&r, pc, (size_t)t * 16, 0, 0.5);
+    fill_f32(&r, fn, (size_t)96 * h, -0.01, 0.01);
+    fill_f32(&r, sc, 3, 0.5, 1.5);
+    fill_f32(&r, ba, 24, -0.5, 0.5);
+    void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dw = upload(w, (size_t)h * 2), *dpp = upload(pp, (size_t)t * 16),
+         *dpc = upload(pc, (size_t)t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dsc = upload(sc, 12), *dba = upload(ba, 96);
+    void *dout = poisoned(out_bytes);
+    int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h}, s_3[1] = {3},
+            s_24[1] = {24}, s_w[1] = {h};
+    char *o = dout;
+    DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
+             tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tsc = tu_device_tensor(dsc, F32, 1, s_3),
+             tba = tu_device_tensor(dba, F32, 1, s_24), tw = tu_device_tensor(dw, BF, 1, s_w), tro = tu_device_tensor(o, BF, 3, s_r),
+             ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x), tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
+             tco = tu_device_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
+    uint8_t *first = NULL;
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+      setenv("SPARKINFER_MHC_STAGES", variants[v].stages, 1);
+      setenv("SPARKINFER_MHC_FN_SMEM_TERMS", variants[v].fn_terms, 1);
+      sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
+      sk_mhc_plan *plan;
+      SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
+      sk_scratch_spec spec;
+      SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
+      void *scratch = zeroed(spec.bytes);
+      sk_binding b;
+      SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco,
+                                         scratch, spec.bytes, &b));
+      CUDA_OK(cudaMemsetAsync(dout, 0xff, out_bytes, s));
+      SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      uint8_t *got = download(dout, out_bytes);
+      if (!first) {
+        first = got;
+        /* The reference variant wrote every output (no poison left): y, post and comb are finite. */
+        const uint16_t *yb = (const uint16_t *)(first + t4h * 2);
+        for (size_t i = 0; i < th; i++) cr_assert((yb[i] & 0x7f80) != 0x7f80, "y[%zu] not written or not finite", i);
+      } else {
+        cr_assert_eq(memcmp(got, first, out_bytes), 0, "seed %llu H=%d: STAGES=%s FN_SMEM_TERMS=%s differs from 2/0",
+                     (unsigned long long)seed, h, variants[v].stages, variants[v].fn_terms);
+        free(got);
+      }
+      CUDA_OK(cudaFree(scratch));
+      sk_mhc_plan_destroy(plan);
+    }
+    unsetenv("SPARKINFER_MHC_STAGES");
+    unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
+    void *bufs[] = {dx, dres, dw, dpp, dpc, dfn, dsc, dba, dout};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CUDA_OK(cudaFree(bufs[i]));
+    free(first); free(x); free(res); free(w); free(pp); free(pc); free(fn);
+  }
+  CUDA_OK(cudaStreamDestroy(s));
+}

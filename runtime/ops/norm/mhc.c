@@ -26,6 +26,13 @@
 #define POST_PRE_STAGE_BYTES (5 * GROUP * 32 * 16 + GROUP * 20 * 4)
 #define PRE_SUMS_BYTES (4 * GROUP * 24 * 4)
 #define POST_PRE_SUMS_BYTES (16 * GROUP * 24 * 4)
+/* sk::mhc::kPartialSmemAlign (the stage buffers start on a 128-byte boundary: slack in every
+ * launch), partial_fn_term_bytes (one fn term of every warp, [warp][4 k-steps][3 n-tiles][32
+ * lanes] x 8 B) and the partial kernels' static shared memory (the Gram sums). */
+#define PARTIAL_SMEM_ALIGN 128
+#define PRE_FN_TERM_BYTES (4 * 4 * 3 * 32 * 8)
+#define POST_PRE_FN_TERM_BYTES (16 * 4 * 3 * 32 * 8)
+#define PARTIAL_STATIC_SMEM (2 * 4 * GROUP * 10 * 4)
 /* run_pre's projection kernel (sk::mhc::pre_projection_kernel<H, WARPS, STAGES>, 2d): WARPS warps,
  * each owning whole 16-token groups; shared memory = pre_projection_smem_bytes(WARPS, STAGES): the
  * fn_pre tile as B fragments (16 x 32 x 80 B), then STAGES 8 KiB x buffers per warp. */
@@ -105,6 +112,7 @@ struct sk_mhc_plan {
   sk_scratch_layout scratch;
   int sm_count;
   int stages;          /* cp.async stage buffers of the partial kernels */
+  int fn_smem_terms;   /* post_pre partial: fn terms kept in shared memory instead of registers */
   int tokens_per_cta;  /* 0: the cost model in geometry(); else SPARKINFER_MHC_TOKENS_PER_CTA */
   int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
   int64_t split_min_t;  /* run_pre, T >= this (above scalar_max_t): the split schedule (SPARKINFER_MHC_SPLIT_MIN_T; 0: never) */
@@ -117,11 +125,12 @@ struct sk_mhc_plan {
   int64_t fused_max_t[2];
 };
 
-/* Dynamic shared memory of a partial kernel (sk::mhc::partial_smem_bytes): 2 stages run the
- * lockstep schedule, 3-4 the pipelined one with two sums buffers. */
-static unsigned partial_smem(int pre, int stages) {
+/* Dynamic shared memory of a partial kernel (sk::mhc::partial_dynamic_smem_bytes): 2 stages run
+ * the lockstep schedule, 3-4 the pipelined one with two sums buffers; then fn_smem fn terms. */
+static unsigned partial_smem(int pre, int stages, int fn_smem) {
   const unsigned stage = pre ? PRE_STAGE_BYTES : POST_PRE_STAGE_BYTES, sums = pre ? PRE_SUMS_BYTES : POST_PRE_SUMS_BYTES;
-  return (unsigned)stages * stage + (stages >= 3 ? 2 * sums : 0);
+  return PARTIAL_SMEM_ALIGN + (unsigned)stages * stage + (stages >= 3 ? 2 * sums : 0) +
+         (unsigned)fn_smem * (pre ? PRE_FN_TERM_BYTES : POST_PRE_FN_TERM_BYTES);
 }
 
 /* Stage buffers: 2 (lockstep schedule) everywhere. Measured on the H200 (bench/RESULTS.md,
@@ -130,7 +139,7 @@ static unsigned partial_smem(int pre, int stages) {
  * selectable with SPARKINFER_MHC_STAGES (2..4) for tuning on other GPUs. Read at plan time, like the crossover to the scalar partials: run never consults
  * the environment. */
 static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t,
-                               int64_t *split_min_t) {
+                               int64_t *split_min_t, int *fn_smem_terms) {
   const int n = sk_arch_number(arch);
   uint64_t v;
   SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", 2, &v));
@@ -156,6 +165,25 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_SPLIT_MIN_T=%llu: expected 0 (never) .. %llu tokens",
                         (unsigned long long)v, MAX_SCALAR_MAX_T);
   *split_min_t = (int64_t)v;
+  /* post_pre's partial holds fn (3 bf16 terms, 72 registers a thread) for the whole CTA; its last
+   * k terms can live in shared memory instead (48 KiB each), which frees the registers its spills
+   * and recomputed addresses took: on the H200 k = 2 made the partial 6% faster and run_post_pre
+   * 3-10% (bench/RESULTS.md, seventy-sixth run). Default: the most terms, up to 2, that fit the
+   * block's shared memory with the chosen stages (sm_90/sm_100: 2 with 2 stages, 1 with 3, 0 with
+   * 4; sm_120: 0). SPARKINFER_MHC_FN_SMEM_TERMS (0..3) sets k, checked against the same limit. */
+  unsigned fit = 2;
+  while (fit > 0 && partial_smem(0, *stages, (int)fit) + PARTIAL_STATIC_SMEM > block_smem_limit(n)) fit--;
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_FN_SMEM_TERMS", fit, &v));
+  if (v > 3)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_FN_SMEM_TERMS=%llu: expected 0 .. 3",
+                        (unsigned long long)v);
+  const unsigned bytes = partial_smem(0, *stages, (int)v) + PARTIAL_STATIC_SMEM;
+  if (bytes > block_smem_limit(n))
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "norm.mhc post_pre partial kernel: %d stages and %llu fn terms in shared memory need %u bytes, "
+                        "more than the %u a block of %s can have (SPARKINFER_MHC_STAGES / SPARKINFER_MHC_FN_SMEM_TERMS)",
+                        *stages, (unsigned long long)v, bytes, block_smem_limit(n), arch);
+  *fn_smem_terms = (int)v;
   return SK_OK;
 }
 
@@ -199,14 +227,14 @@ static const char *weight_type(sk_mhc_norm_weight w) {
   return w == SK_MHC_NORM_BF16 ? "__nv_bfloat16" : w == SK_MHC_NORM_FP32 ? "float" : "sk::mhc::NoNormWeight";
 }
 
-static void kernel_names(const sk_mhc_caps *c, int projection_warps, int projection_stages, char names[K_COUNT][128],
-                         char params[96]) {
+static void kernel_names(const sk_mhc_caps *c, int projection_warps, int projection_stages, int fn_smem_terms,
+                         char names[K_COUNT][128], char params[96]) {
   const long long h = (long long)c->hidden;
   const char *w = weight_type(c->norm_weight);
   snprintf(names[K_POST], 128, "sk::mhc::post_kernel<%lld>", h);
   snprintf(names[K_PRE_PARTIAL], 128, "sk::mhc::pre_partial_kernel<%lld>", h);
   snprintf(names[K_PRE_FINALIZE], 128, "sk::mhc::pre_finalize_kernel<%lld, %s>", h, w);
-  snprintf(names[K_POST_PRE_PARTIAL], 128, "sk::mhc::post_pre_partial_kernel<%lld>", h);
+  snprintf(names[K_POST_PRE_PARTIAL], 128, "sk::mhc::post_pre_partial_kernel<%lld, %d>", h, fn_smem_terms);
   snprintf(names[K_POST_PRE_FINALIZE], 128, "sk::mhc::post_pre_finalize_kernel<%lld, %s>", h, w);
   snprintf(names[K_PRE_PARTIAL_SCALAR], 128, "sk::mhc::pre_partial_scalar_kernel<%lld>", h);
   snprintf(names[K_POST_PRE_PARTIAL_SCALAR], 128, "sk::mhc::post_pre_partial_scalar_kernel<%lld>", h);
@@ -256,13 +284,14 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   if (s == SK_OK && sk_device_sm_count(&p->sm_count) != SK_OK) p->sm_count = 0; /* offline plan */
   char names[K_COUNT][128], params[96];
   if (s == SK_OK) s = projection_shape(p->arch, &p->projection_warps, &p->projection_stages);
-  if (s == SK_OK) kernel_names(&p->caps, p->projection_warps, p->projection_stages, names, params);
-  if (s == SK_OK) s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t, &p->split_min_t);
+  if (s == SK_OK)
+    s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t, &p->split_min_t, &p->fn_smem_terms);
+  if (s == SK_OK) kernel_names(&p->caps, p->projection_warps, p->projection_stages, p->fn_smem_terms, names, params);
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_MHC_FUSED_DECODE", 1, &p->fused_decode);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
-  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages));
-  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages));
+  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages, p->fn_smem_terms));
+  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages, 0));
   const unsigned projection_bytes = projection_smem(p->projection_warps, p->projection_stages);
   if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PROJECTION], projection_bytes);
   if (s == SK_OK && p->k[K_PRE_PROJECTION] && p->sm_count > 0)
@@ -493,7 +522,7 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
   } else {
     const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
-    const unsigned smem = partial_smem(pre, stages);
+    const unsigned smem = partial_smem(pre, stages, pre ? 0 : p->fn_smem_terms);
     void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
     void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
                              (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
@@ -538,9 +567,11 @@ static sk_status mhc_requests(const cJSON *j, const char *arch, sk_request_list 
   }
   if (check_caps(&c) != SK_OK) return sk_set_error(SK_ERR_MANIFEST, "%s", sk_last_error_message());
   char names[K_COUNT][128], params[96];
-  int warps, stages;
+  int warps, stages, partial_stages, tokens_per_cta, fn_smem_terms;
+  int64_t scalar_max_t, split_min_t;
   SK_TRY(projection_shape(arch, &warps, &stages));
-  kernel_names(&c, warps, stages, names, params);
+  SK_TRY(partial_knobs(arch, &partial_stages, &tokens_per_cta, &scalar_max_t, &split_min_t, &fn_smem_terms));
+  kernel_names(&c, warps, stages, fn_smem_terms, names, params);
   for (int i = 0; i < K_COUNT; i++) {
     sk_kernel_request r = {OP, SOURCE, names[i], params, arch, NULL, 0, 0};
     SK_TRY(sk_request_list_add(out, &r));
