@@ -317,6 +317,10 @@ Test(mhc_emulation, kstep_offset_steps_every_ldmatrix_row) {
                            token, stream, quarter, lane, ks);
               /* 128-byte aligned buffers keep it: the offsets never carry into bit 7. */
               cr_assert_eq((1024 + a0) ^ (ks << 5), 1024 + a);
+              /* The projection kernel (2d, NS = 1, 16 k-steps): quarter q of the tile is 128 bytes
+               * a step on top of quarter 0's rows, which the swizzle does not touch. */
+              const int q0 = 16 * sk_mhc_chunk_index(ns, token, stream, sk_mhc_a_chunk(0, 0, lane));
+              cr_assert_eq(sk_mhc_kstep_offset(q0, ks) + 128 * quarter, a, "2d A q %d ks %d", quarter, ks);
               checked++;
             }
   cr_assert_eq(checked, (1 * 16 + 4 * 16) * 4 * 32 * SK_MHC_WARP_KSTEPS);

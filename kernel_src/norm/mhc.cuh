@@ -729,7 +729,7 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
 //     int num_tokens, int tokens_per_cta);
 // block = exactly WARPS * 32 threads (WARPS in 1..8); grid = (ceil(T / tokens_per_cta), S, 1);
 // tokens_per_cta a multiple of 16 (groups go to the warps round-robin); dynamic shared memory =
-// pre_projection_smem_bytes(WARPS, STAGES) = 40 KiB + WARPS x STAGES x 8 KiB (above 48 KiB: the
+// pre_projection_smem_bytes(WARPS, STAGES) = 128 + 40 KiB + WARPS x STAGES x 8 KiB (above 48 KiB: the
 // host raises the attribute). STAGES = x buffers per warp: 2 loads a warp's next group while it
 // multiplies the current one; 1 loads it after the MMAs (before the partial-row stores), so the
 // other warps of the SM must hide the load, and the same shared memory holds twice the warps.
@@ -740,7 +740,7 @@ constexpr int kFnLaneWords = 20;                          // 18 fragment words +
 SK_HOST_DEVICE constexpr int pre_projection_fn_bytes() { return kTileKSteps * kWarpSize * kFnLaneWords * 4; }
 SK_HOST_DEVICE constexpr int pre_projection_group_bytes() { return kGroup * kChunks * 16; }
 SK_HOST_DEVICE constexpr int pre_projection_smem_bytes(int warps, int stages) {
-  return pre_projection_fn_bytes() + warps * stages * pre_projection_group_bytes();
+  return 128 + pre_projection_fn_bytes() + warps * stages * pre_projection_group_bytes();  // + alignment slack
 }
 
 // One group's x chunks (16 tokens x 32 chunks of the tile) into a warp's buffer, in the swizzled
@@ -750,6 +750,11 @@ SK_DEVICE void issue_projection_loads(const bf16* __restrict__ x, uint4* buf, i6
                                       int lane) {
   // One 64-bit base per group; the rows are constant offsets from it (a zero-filled row reads nothing).
   const bf16* rows = x + group_first * HIDDEN + static_cast<i64>(tile) * kTileH + lane * kBf16PerVector;
+  if (group_first + kGroup <= end) {  // a whole group (all but a CTA's last): constant row offsets, no tests
+#pragma unroll
+    for (int token = 0; token < kGroup; ++token) cp_async_16(buf + sk_mhc_chunk_index(1, token, 0, lane), rows + token * HIDDEN);
+    return;
+  }
 #pragma unroll
   for (int token = 0; token < kGroup; ++token) {
     const bool valid = group_first + token < end;
@@ -766,7 +771,13 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
   static_assert(kNTiles * kFnTerms * 2 + 2 == kFnLaneWords, "fragment words per lane and k-step");
   static_assert(WARPS >= 1 && WARPS <= 8, "1..8 warps");
   static_assert(STAGES == 1 || STAGES == 2, "one or two x buffers per warp");
-  extern __shared__ uint4 projection_smem[];
+  extern __shared__ uint4 projection_smem_raw[];
+  // From a 128-byte boundary (kPartialSmemAlign bytes of slack in the launch): the A rows step by
+  // XOR between k-steps (sk_mhc_kstep_offset).
+  uint4* const projection_smem =
+      projection_smem_raw + ((kPartialSmemAlign - smem_addr(projection_smem_raw) % kPartialSmemAlign) % kPartialSmemAlign) / 16;
+  static_assert(pre_projection_fn_bytes() % kPartialSmemAlign == 0 && pre_projection_group_bytes() % kPartialSmemAlign == 0,
+                "every x buffer 128-byte aligned");
   u32* const fn_words = reinterpret_cast<u32*>(projection_smem);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int tile = static_cast<int>(blockIdx.y);
@@ -831,6 +842,12 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
     }
     __syncwarp();
     const uint4* buf = buf_of(i);
+    // A row of k-step ks: the quarter ks / 4 is 128 bytes a step (above the swizzled bits), the
+    // k-step within it one XOR (sk_mhc_kstep_offset): four addresses, then immediate offsets.
+    const int a_off = 16 * sk_mhc_chunk_index(1, sk_mhc_a_row(lane), 0, sk_mhc_a_chunk(0, 0, lane));
+    u32 a_row_at[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a_row_at[k] = smem_addr(buf) + static_cast<u32>(sk_mhc_kstep_offset(a_off, k));
     float acc[kFnTerms][kNTiles][4], gram_acc[1][2][4];  // gram_acc[0][j]: tokens 8j..8j+7 as B
     zero_fragments(acc);
     zero_fragments(gram_acc);
@@ -838,7 +855,7 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
 #pragma unroll
     for (int ks = 0; ks < kTileKSteps; ++ks) {
       u32 a[4];
-      ldmatrix_x4(a, buf + sk_mhc_chunk_index(1, sk_mhc_a_row(lane), 0, sk_mhc_a_chunk(ks / 4, ks % 4, lane)));
+      ldmatrix_x4_at(a, a_row_at[ks % 4] + 128u * (ks / 4));
       const uint4* w = reinterpret_cast<const uint4*>(lane_fn + ks * kWarpSize * kFnLaneWords);
       const uint4 w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
       const uint2 w4 = *reinterpret_cast<const uint2*>(w + 4);

@@ -38,8 +38,8 @@
  * fn_pre tile as B fragments (16 x 32 x 80 B), then STAGES 8 KiB x buffers per warp. */
 #define PROJECTION_FN_BYTES (16 * 32 * 80)
 #define PROJECTION_GROUP_BYTES (GROUP * 32 * 16)
-static unsigned projection_smem(int warps, int stages) {
-  return PROJECTION_FN_BYTES + (unsigned)(warps * stages) * PROJECTION_GROUP_BYTES;
+static unsigned projection_smem(int warps, int stages) { /* + 128 B of alignment slack, as the partials */
+  return 128 + PROJECTION_FN_BYTES + (unsigned)(warps * stages) * PROJECTION_GROUP_BYTES;
 }
 /* Largest dynamic shared memory of one block on the arch (CUDA programming guide, compute
  * capabilities): what a knob-chosen projection shape must fit, checked without a GPU. */
