@@ -386,6 +386,60 @@ Test(gpu_mhc, split_schedule_matches_reference, .init = setup, .fini = teardown,
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 
+/* run_post_pre's tensors for T tokens of hidden H on the device: fresh random inputs, poisoned
+ * outputs (residual_out, y, post, comb back to back from `out`), and DLTensor views of them. The
+ * first 24 x H floats of fn double as run_pre's fn_pre (view `fn_pre`). */
+typedef struct {
+  int64_t s_x[2], s_r[3], s_p[2], s_c[3], s_fn[2], s_fnp[2], s_3[1], s_24[1], s_w[1];
+  void *dev[8]; /* x, residual, norm weight, prev_post, prev_comb, fn, hc_scale, hc_base */
+  void *out;
+  size_t out_bytes;
+  DLTensor x, res, w, pp, pc, fn, fn_pre, sc, ba, ro, y, po, co;
+} post_pre_io;
+
+static void post_pre_io_make(post_pre_io *io, skref_rng *r, int h, int t) {
+  const size_t th = (size_t)t * h, t4h = 4 * th;
+  uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
+  float *pp = malloc((size_t)t * 16), *pc = malloc((size_t)t * 64), *fn = malloc((size_t)96 * h * 4), sc[3], ba[24];
+  fill_bf16(r, x, th, 1);
+  fill_bf16(r, res, t4h, 1);
+  fill_bf16(r, w, (size_t)h, 1);
+  fill_f32(r, pp, (size_t)t * 4, 0.1, 1.9);
+  fill_f32(r, pc, (size_t)t * 16, 0, 0.5);
+  fill_f32(r, fn, (size_t)96 * h, -0.01, 0.01);
+  fill_f32(r, sc, 3, 0.5, 1.5);
+  fill_f32(r, ba, 24, -0.5, 0.5);
+  const void *host[8] = {x, res, w, pp, pc, fn, sc, ba};
+  const size_t bytes[8] = {th * 2, t4h * 2, (size_t)h * 2, (size_t)t * 16, (size_t)t * 64, (size_t)96 * h * 4, 12, 96};
+  for (int i = 0; i < 8; i++) io->dev[i] = upload(host[i], bytes[i]);
+  free(x); free(res); free(w); free(pp); free(pc); free(fn);
+  io->out_bytes = t4h * 2 + th * 2 + (size_t)t * 16 + (size_t)t * 64;
+  io->out = poisoned(io->out_bytes);
+  const int64_t shapes[][3] = {{t, h}, {t, 4, h}, {t, 4}, {t, 4, 4}, {24, 4 * (int64_t)h}, {24, h}, {3}, {24}, {h}};
+  memcpy(io->s_x, shapes[0], 16); memcpy(io->s_r, shapes[1], 24); memcpy(io->s_p, shapes[2], 16);
+  memcpy(io->s_c, shapes[3], 24); memcpy(io->s_fn, shapes[4], 16); memcpy(io->s_fnp, shapes[5], 16);
+  memcpy(io->s_3, shapes[6], 8); memcpy(io->s_24, shapes[7], 8); memcpy(io->s_w, shapes[8], 8);
+  char *o = io->out;
+  io->x = tu_device_tensor(io->dev[0], BF, 2, io->s_x);
+  io->res = tu_device_tensor(io->dev[1], BF, 3, io->s_r);
+  io->w = tu_device_tensor(io->dev[2], BF, 1, io->s_w);
+  io->pp = tu_device_tensor(io->dev[3], F32, 2, io->s_p);
+  io->pc = tu_device_tensor(io->dev[4], F32, 3, io->s_c);
+  io->fn = tu_device_tensor(io->dev[5], F32, 2, io->s_fn);
+  io->fn_pre = tu_device_tensor(io->dev[5], F32, 2, io->s_fnp);
+  io->sc = tu_device_tensor(io->dev[6], F32, 1, io->s_3);
+  io->ba = tu_device_tensor(io->dev[7], F32, 1, io->s_24);
+  io->ro = tu_device_tensor(o, BF, 3, io->s_r);
+  io->y = tu_device_tensor(o + t4h * 2, BF, 2, io->s_x);
+  io->po = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, io->s_p);
+  io->co = tu_device_tensor(o + t4h * 2 + th * 2 + (size_t)t * 16, F32, 3, io->s_c);
+}
+
+static void post_pre_io_free(post_pre_io *io) {
+  for (int i = 0; i < 8; i++) CUDA_OK(cudaFree(io->dev[i]));
+  CUDA_OK(cudaFree(io->out));
+}
+
 Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = teardown) {
   uint64_t seed = skref_test_seed("gpu mhc graph");
   skref_rng r;
@@ -410,36 +464,17 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   const int ts[] = {5, 40, 600};
   for (size_t k = 0; k < 3; k++) {
     const int t = ts[k];
-    const size_t th = (size_t)t * h, t4h = 4 * th;
-    uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
-    float *pp = malloc(t * 16), *pc = malloc(t * 64), *fn = malloc((size_t)96 * h * 4), sc[3] = {1, 1, 1}, ba[24];
-    fill_bf16(&r, x, th, 1);
-    fill_bf16(&r, res, t4h, 1);
-    fill_bf16(&r, w, (size_t)h, 1);
-    fill_f32(&r, pp, (size_t)t * 4, 0.1, 1.9);
-    fill_f32(&r, pc, (size_t)t * 16, 0, 0.5);
-    fill_f32(&r, fn, (size_t)96 * h, -0.01, 0.01);
-    fill_f32(&r, ba, 24, -0.5, 0.5);
-    void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dw = upload(w, (size_t)h * 2), *dpp = upload(pp, t * 16),
-         *dpc = upload(pc, t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dsc = upload(sc, 12), *dba = upload(ba, 96);
-    const size_t out_bytes = t4h * 2 + th * 2 + t * 16 + t * 64;
-    void *dout = poisoned(out_bytes);
-    int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h}, s_3[1] = {3},
-            s_24[1] = {24}, s_w[1] = {h};
-    char *o = dout;
-    DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
-             tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tsc = tu_device_tensor(dsc, F32, 1, s_3),
-             tba = tu_device_tensor(dba, F32, 1, s_24), tw = tu_device_tensor(dw, BF, 1, s_w), tro = tu_device_tensor(o, BF, 3, s_r),
-             ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x), tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
-             tco = tu_device_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
+    post_pre_io io;
+    post_pre_io_make(&io, &r, h, t);
+    void *dout = io.out;
+    const size_t out_bytes = io.out_bytes;
     sk_binding b;
     if (k < 2) {
-      SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco,
-                                         scratch, spec.bytes, &b));
+      SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &io.x, &io.res, &io.pp, &io.pc, &io.fn, &io.sc, &io.ba, &io.w, &io.ro,
+                                         &io.y, &io.po, &io.co, scratch, spec.bytes, &b));
     } else {
-      int64_t s_fnp[2] = {24, h};
-      DLTensor tfnp = tu_device_tensor(dfn, F32, 2, s_fnp); /* the first 24 x H floats of fn */
-      SK_OK_OR_FAIL(sk_mhc_bind_pre(plan, &tx, &tfnp, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco, scratch, spec.bytes, &b));
+      SK_OK_OR_FAIL(sk_mhc_bind_pre(plan, &io.x, &io.fn_pre, &io.sc, &io.ba, &io.w, &io.ro, &io.y, &io.po, &io.co, scratch,
+                                    spec.bytes, &b));
       cr_assert_eq(b.dim[6], 1, "run_pre at T = %d takes the split schedule", t);
     }
     SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
@@ -462,9 +497,8 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
     }
     CUDA_OK(cudaGraphExecDestroy(ge));
     CUDA_OK(cudaGraphDestroy(g));
-    void *bufs[] = {dx, dres, dw, dpp, dpc, dfn, dsc, dba, dout};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CUDA_OK(cudaFree(bufs[i]));
-    free(eager); free(x); free(res); free(w); free(pp); free(pc); free(fn);
+    post_pre_io_free(&io);
+    free(eager);
   }
   CUDA_OK(cudaStreamDestroy(s));
   CUDA_OK(cudaFree(scratch));
@@ -485,28 +519,11 @@ Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini 
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (size_t hi = 0; hi < 2; hi++) {
     const int h = hs[hi];
-    const size_t th = (size_t)t * h, t4h = 4 * th, out_bytes = t4h * 2 + th * 2 + (size_t)t * 16 + (size_t)t * 64;
-    uint16_t *x = malloc(th * 2), *res = malloc(t4h * 2), *w = malloc((size_t)h * 2);
-    float *pp = malloc((size_t)t * 16), *pc = malloc((size_t)t * 64), *fn = malloc((size_t)96 * h * 4), sc[3], ba[24];
-    fill_bf16(&r, x, th, 1);
-    fill_bf16(&r, res, t4h, 1);
-    fill_bf16(&r, w, (size_t)h, 1);
-    fill_f32(&r, pp, (size_t)t * 4, 0.1, 1.9);
-    fill_f32(&r, pc, (size_t)t * 16, 0, 0.5);
-    fill_f32(&r, fn, (size_t)96 * h, -0.01, 0.01);
-    fill_f32(&r, sc, 3, 0.5, 1.5);
-    fill_f32(&r, ba, 24, -0.5, 0.5);
-    void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dw = upload(w, (size_t)h * 2), *dpp = upload(pp, (size_t)t * 16),
-         *dpc = upload(pc, (size_t)t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dsc = upload(sc, 12), *dba = upload(ba, 96);
-    void *dout = poisoned(out_bytes);
-    int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h}, s_3[1] = {3},
-            s_24[1] = {24}, s_w[1] = {h};
-    char *o = dout;
-    DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
-             tpc = tu_device_tensor(dpc, F32, 3, s_c), tfn = tu_device_tensor(dfn, F32, 2, s_fn), tsc = tu_device_tensor(dsc, F32, 1, s_3),
-             tba = tu_device_tensor(dba, F32, 1, s_24), tw = tu_device_tensor(dw, BF, 1, s_w), tro = tu_device_tensor(o, BF, 3, s_r),
-             ty = tu_device_tensor(o + t4h * 2, BF, 2, s_x), tpo = tu_device_tensor(o + t4h * 2 + th * 2, F32, 2, s_p),
-             tco = tu_device_tensor(o + t4h * 2 + th * 2 + t * 16, F32, 3, s_c);
+    const size_t th = (size_t)t * h, t4h = 4 * th;
+    post_pre_io io;
+    post_pre_io_make(&io, &r, h, t);
+    void *dout = io.out;
+    const size_t out_bytes = io.out_bytes;
     uint8_t *first = NULL;
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
       setenv("SPARKINFER_MHC_STAGES", variants[v].stages, 1);
@@ -518,8 +535,8 @@ Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini 
       SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
       void *scratch = zeroed(spec.bytes);
       sk_binding b;
-      SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &tx, &tres, &tpp, &tpc, &tfn, &tsc, &tba, &tw, &tro, &ty, &tpo, &tco,
-                                         scratch, spec.bytes, &b));
+      SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &io.x, &io.res, &io.pp, &io.pc, &io.fn, &io.sc, &io.ba, &io.w, &io.ro,
+                                         &io.y, &io.po, &io.co, scratch, spec.bytes, &b));
       CUDA_OK(cudaMemsetAsync(dout, 0xff, out_bytes, s));
       SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
       CUDA_OK(cudaStreamSynchronize(s));
@@ -539,9 +556,8 @@ Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini 
     }
     unsetenv("SPARKINFER_MHC_STAGES");
     unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
-    void *bufs[] = {dx, dres, dw, dpp, dpc, dfn, dsc, dba, dout};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CUDA_OK(cudaFree(bufs[i]));
-    free(first); free(x); free(res); free(w); free(pp); free(pc); free(fn);
+    post_pre_io_free(&io);
+    free(first);
   }
   CUDA_OK(cudaStreamDestroy(s));
 }
