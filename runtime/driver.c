@@ -147,6 +147,13 @@ int sk_arch_number(const char *arch) {
   return n;
 }
 
+unsigned sk_arch_block_smem_limit(const char *arch) {
+  const int n = sk_arch_number(arch);
+  if (n == 90 || n == 100 || n == 103) return 227 * 1024;
+  if (n == 80 || n == 87) return 163 * 1024;
+  return 99 * 1024;
+}
+
 SK_API sk_status sk_device_arch(int ordinal, char *buf, size_t size) {
   if (!buf || size < 8) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_device_arch: buf must hold >= 8 bytes");
   SK_TRY(sk_driver_ensure());

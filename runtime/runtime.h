@@ -104,6 +104,10 @@ void sk_arch_from_cc(int major, int minor, char *buf, size_t size);
 bool sk_arch_valid(const char *arch);
 /* Compute capability of an arch string ("sm_120a" -> 120); 0 if malformed. */
 int sk_arch_number(const char *arch);
+/* Largest shared memory one block can have on the arch (static + dynamic, CUDA programming guide,
+ * compute capabilities): 227 KiB sm_90/sm_100/sm_103, 163 KiB sm_80/sm_87, else 99 KiB (sm_86,
+ * sm_89, sm_120, sm_121, and any arch not listed). For checks that need no GPU. */
+unsigned sk_arch_block_smem_limit(const char *arch);
 
 /* ---- JIT (runtime/jit.c) ----------------------------------------------------------------- */
 

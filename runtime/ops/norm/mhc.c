@@ -41,13 +41,6 @@
 static unsigned projection_smem(int warps, int stages) { /* + 128 B of alignment slack, as the partials */
   return 128 + PROJECTION_FN_BYTES + (unsigned)(warps * stages) * PROJECTION_GROUP_BYTES;
 }
-/* Largest dynamic shared memory of one block on the arch (CUDA programming guide, compute
- * capabilities): what a knob-chosen projection shape must fit, checked without a GPU. */
-static unsigned block_smem_limit(int arch_number) {
-  if (arch_number == 90 || arch_number == 100 || arch_number == 103) return 227 * 1024;
-  if (arch_number == 80 || arch_number == 87) return 163 * 1024;
-  return 99 * 1024; /* sm_86, sm_89, sm_120, sm_121 */
-}
 /* Defaults: 4 warps x 2 buffers (104 KiB, two CTAs per SM) where the shared memory allows, 3 x 2
  * (88 KiB) elsewhere (sm_120's 99 KiB per block). SPARKINFER_MHC_PROJECTION_WARPS (1..8) and
  * SPARKINFER_MHC_PROJECTION_STAGES (1, 2) override them, read at plan (and manifest) time. */
@@ -63,11 +56,11 @@ static sk_status projection_shape(const char *arch, int *warps, int *stages) {
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_PROJECTION_STAGES=%llu: expected 1 or 2",
                         (unsigned long long)st);
   const unsigned bytes = projection_smem((int)w, (int)st);
-  if (bytes > block_smem_limit(n))
+  if (bytes > sk_arch_block_smem_limit(arch))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         "norm.mhc projection kernel: %llu warps x %llu stages need %u bytes of shared memory, more "
                         "than the %u a block of %s can have (SPARKINFER_MHC_PROJECTION_WARPS / _STAGES)",
-                        (unsigned long long)w, (unsigned long long)st, bytes, block_smem_limit(n), arch);
+                        (unsigned long long)w, (unsigned long long)st, bytes, sk_arch_block_smem_limit(arch), arch);
   *warps = (int)w, *stages = (int)st;
   return SK_OK;
 }
@@ -172,17 +165,17 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
    * block's shared memory with the chosen stages (sm_90/sm_100: 2 with 2 stages, 1 with 3, 0 with
    * 4; sm_120: 0). SPARKINFER_MHC_FN_SMEM_TERMS (0..3) sets k, checked against the same limit. */
   unsigned fit = 2;
-  while (fit > 0 && partial_smem(0, *stages, (int)fit) + PARTIAL_STATIC_SMEM > block_smem_limit(n)) fit--;
+  while (fit > 0 && partial_smem(0, *stages, (int)fit) + PARTIAL_STATIC_SMEM > sk_arch_block_smem_limit(arch)) fit--;
   SK_TRY(sk_env_u64("SPARKINFER_MHC_FN_SMEM_TERMS", fit, &v));
   if (v > 3)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_FN_SMEM_TERMS=%llu: expected 0 .. 3",
                         (unsigned long long)v);
   const unsigned bytes = partial_smem(0, *stages, (int)v) + PARTIAL_STATIC_SMEM;
-  if (bytes > block_smem_limit(n))
+  if (bytes > sk_arch_block_smem_limit(arch))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         "norm.mhc post_pre partial kernel: %d stages and %llu fn terms in shared memory need %u bytes, "
                         "more than the %u a block of %s can have (SPARKINFER_MHC_STAGES / SPARKINFER_MHC_FN_SMEM_TERMS)",
-                        *stages, (unsigned long long)v, bytes, block_smem_limit(n), arch);
+                        *stages, (unsigned long long)v, bytes, sk_arch_block_smem_limit(arch), arch);
   *fn_smem_terms = (int)v;
   return SK_OK;
 }
