@@ -182,7 +182,8 @@ Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setu
     cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
     cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_SPLIT_MIN_T"), "%s", sk_last_error_message());
   }
-  /* {knob, T, expected dim[6]}; the scalar crossover stays at its default of 8. */
+  /* {knob, T, expected dim[6]}; the scalar crossover set to 8 (its default for H > 4096). */
+  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "8", 1);
   static const struct { const char *knob; int64_t t; int64_t split; } cases[] = {
       {"0", 4096, 0}, {"0", 9, 0}, {"1", 8, 0}, {"1", 9, 1}, {"100", 99, 0}, {"100", 100, 1}, {"100", 4096, 1},
   };
@@ -200,6 +201,18 @@ Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setu
     sk_mhc_plan_destroy(p);
   }
   unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
+  unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
+  /* The default scalar crossover for H <= 4096 is 16: with the split from T = 1, T = 16 still takes
+   * the scalar partials, T = 17 the split schedule. */
+  setenv("SPARKINFER_MHC_SPLIT_MIN_T", "1", 1);
+  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
+  unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
+  sk_binding bs;
+  bind_pre_offline(p, 16, h, &bs);
+  cr_assert_eq(bs.dim[6], 0, "H = 256, T = 16: scalar partials by default");
+  bind_pre_offline(p, 17, h, &bs);
+  cr_assert_eq(bs.dim[6], 1, "H = 256, T = 17: above the default crossover");
+  sk_mhc_plan_destroy(p);
   /* The default splits prefill-sized T. */
   cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
   sk_binding b;

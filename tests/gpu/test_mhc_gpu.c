@@ -360,10 +360,11 @@ Test(gpu_mhc, fused_decode_is_bit_identical_to_two_launches, .init = setup, .fin
   uint64_t seed = skref_test_seed("gpu mhc fused");
   skref_rng r;
   skref_rng_seed(&r, seed);
-  const int hs[] = {256, 2048, 4096, 7168}, ts[] = {1, 2, 5, 8};
+  /* T up to 16: the default scalar crossover for H <= 4096. */
+  const int hs[] = {256, 2048, 4096, 7168}, ts[] = {1, 2, 5, 8, 16};
   int n = 0;
   for (size_t a = 0; a < 4; a++)
-    for (size_t b = 0; b < 4; b++, n++) fused_matches_two_launches(hs[a], ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
+    for (size_t b = 0; b < 5; b++, n++) fused_matches_two_launches(hs[a], ts[b], (sk_mhc_norm_weight)(n % 3), &r, seed);
   cr_assert_gt(fused_configs, 0, "no configuration took the fused launch");
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }

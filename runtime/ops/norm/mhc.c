@@ -68,9 +68,13 @@ static sk_status projection_shape(const char *arch, int *warps, int *stages) {
 /* Decode partial kernels (scalar FMA): one warp per (token, tile, role), 6 roles of 4 mixes. */
 #define SCALAR_ROLES 6
 #define SCALAR_THREADS 32
-/* Largest T that takes the scalar partials: on the H200 they beat the tensor-core ones at T = 1
- * (post_pre 7.1 vs 12.3 us), tie at T = 16 and lose at T = 128. */
-#define DEFAULT_SCALAR_MAX_T 8
+/* Largest T that takes the scalar partials (6 * S * T one-warp CTAs, S = H / 256, so their cost
+ * grows with H where the tensor-core partial's latency does not): on the H200 they beat the
+ * tensor-core ones at T = 1 (post_pre 7.1 vs 12.3 us) and lose at T = 128; at T = 16 they win for
+ * H <= 4096 (post_pre 6.1 / 8.0 against 10.3 us, pre 4.7 / 6.1 against 6.4 / 6.6 at H = 2048 /
+ * 4096) and tie or lose at H = 7168 (post_pre 10.6 / 10.6, pre 9.2 against 6.8: bench/RESULTS.md,
+ * eighty-first run). */
+static int64_t default_scalar_max_t(int64_t hidden) { return hidden <= 4096 ? 16 : 8; }
 #define MAX_SCALAR_MAX_T 2147483647ull
 /* Smallest T for which run_pre takes the split schedule (pre_projection_kernel, then the finalize
  * writes the 4 copies of x); SPARKINFER_MHC_SPLIT_MIN_T, 0: never. From the H200 (bench/RESULTS.md,
@@ -131,7 +135,7 @@ static unsigned partial_smem(int pre, int stages, int fn_smem) {
  * is not faster: T = 4096 post_pre 380 us with 4 stages against 364 us with 2. It stays
  * selectable with SPARKINFER_MHC_STAGES (2..4) for tuning on other GPUs. Read at plan time, like the crossover to the scalar partials: run never consults
  * the environment. */
-static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_cta, int64_t *scalar_max_t,
+static sk_status partial_knobs(const char *arch, int64_t hidden, int *stages, int *tokens_per_cta, int64_t *scalar_max_t,
                                int64_t *split_min_t, int *fn_smem_terms) {
   const int n = sk_arch_number(arch);
   uint64_t v;
@@ -148,7 +152,7 @@ static sk_status partial_knobs(const char *arch, int *stages, int *tokens_per_ct
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_TOKENS_PER_CTA=%llu: expected a multiple of %d up to %d",
                         (unsigned long long)v, GROUP, MAX_TOKENS_PER_CTA);
   *tokens_per_cta = (int)v;
-  SK_TRY(sk_env_u64("SPARKINFER_MHC_SCALAR_MAX_T", DEFAULT_SCALAR_MAX_T, &v));
+  SK_TRY(sk_env_u64("SPARKINFER_MHC_SCALAR_MAX_T", (uint64_t)default_scalar_max_t(hidden), &v));
   if (v > MAX_SCALAR_MAX_T)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_SCALAR_MAX_T=%llu: expected 0 (never) .. %llu tokens",
                         (unsigned long long)v, MAX_SCALAR_MAX_T);
@@ -278,7 +282,8 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   char names[K_COUNT][128], params[96];
   if (s == SK_OK) s = projection_shape(p->arch, &p->projection_warps, &p->projection_stages);
   if (s == SK_OK)
-    s = partial_knobs(p->arch, &p->stages, &p->tokens_per_cta, &p->scalar_max_t, &p->split_min_t, &p->fn_smem_terms);
+    s = partial_knobs(p->arch, caps->hidden, &p->stages, &p->tokens_per_cta, &p->scalar_max_t, &p->split_min_t,
+                      &p->fn_smem_terms);
   if (s == SK_OK) kernel_names(&p->caps, p->projection_warps, p->projection_stages, p->fn_smem_terms, names, params);
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_MHC_FUSED_DECODE", 1, &p->fused_decode);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
@@ -563,7 +568,7 @@ static sk_status mhc_requests(const cJSON *j, const char *arch, sk_request_list 
   int warps, stages, partial_stages, tokens_per_cta, fn_smem_terms;
   int64_t scalar_max_t, split_min_t;
   SK_TRY(projection_shape(arch, &warps, &stages));
-  SK_TRY(partial_knobs(arch, &partial_stages, &tokens_per_cta, &scalar_max_t, &split_min_t, &fn_smem_terms));
+  SK_TRY(partial_knobs(arch, c.hidden, &partial_stages, &tokens_per_cta, &scalar_max_t, &split_min_t, &fn_smem_terms));
   kernel_names(&c, warps, stages, fn_smem_terms, names, params);
   for (int i = 0; i < K_COUNT; i++) {
     sk_kernel_request r = {OP, SOURCE, names[i], params, arch, NULL, 0, 0};
