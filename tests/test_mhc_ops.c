@@ -308,3 +308,29 @@ Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = 
   unsetenv("SPARKINFER_MHC_STAGES");
   unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
 }
+
+/* The variant knobs name other kernels, and sk-warm's op manifests read them as a plan does, so a
+ * cache warmed under the same environment serves the frozen process (docs/env.md). */
+Test(mhc_ops, sk_warm_prebuilds_the_variants_the_knobs_name, .init = setup, .fini = teardown) {
+  char m[600], warm[512];
+  snprintf(m, sizeof m, "%s/m.json", dir);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1280}}]}");
+  char *argv[] = {warm, "--manifest", m, "--arch", "sm_90a", "--dry-run", NULL};
+  char *out = NULL;
+  cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+  cr_assert(strstr(out, "post_pre_partial_kernel<1280, 2>") && strstr(out, "pre_projection_kernel<1280, 4, 2>"),
+            "sm_90a defaults: %s", out);
+  free(out);
+  char fn_terms[] = "SPARKINFER_MHC_FN_SMEM_TERMS=0", warps[] = "SPARKINFER_MHC_PROJECTION_WARPS=2";
+  char *env[] = {fn_terms, warps, NULL};
+  out = NULL;
+  cr_assert_eq(tu_run(argv, env, &out), 0, "%s", out);
+  cr_assert(strstr(out, "post_pre_partial_kernel<1280, 0>") && strstr(out, "pre_projection_kernel<1280, 2, 2>"),
+            "with the knobs: %s", out);
+  cr_assert_null(strstr(out, "post_pre_partial_kernel<1280, 2>"), "%s", out);
+  free(out);
+  char bad[] = "SPARKINFER_MHC_FN_SMEM_TERMS=7";
+  char *env_bad[] = {bad, NULL};
+  cr_assert_eq(tu_run(argv, env_bad, NULL), 2, "a bad knob fails the manifest");
+}
