@@ -48,7 +48,12 @@ typedef struct sk_mhc_plan sk_mhc_plan;
 SK_API int sk_mhc_is_supported(const char *arch);
 
 /** Validate caps and resolve the plan's kernels (one set per hidden size and norm-weight type).
- *  Errors: SK_ERR_INVALID_ARGUMENT, SK_ERR_UNSUPPORTED, resolution errors. */
+ *  Reads the SPARKINFER_MHC_* tuning variables once, here (docs/env.md); those that pick a kernel
+ *  variant must match the ones a prebuilt cache was warmed with. *plan is set on success (free it
+ *  with sk_mhc_plan_destroy), NULL otherwise.
+ *  Errors: SK_ERR_INVALID_ARGUMENT (caps, or a malformed variable or one whose kernel shape does
+ *  not fit the target's shared memory), SK_ERR_UNSUPPORTED, resolution errors (incl.
+ *  SK_ERR_KERNEL_RESOLUTION_FROZEN when a kernel would compile after the freeze). */
 SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **plan);
 
 /** Scratch (needed by pre and post_pre): fp32 partials, max_tokens * (H/256) * 144 bytes, then
