@@ -292,6 +292,7 @@ Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = 
       {"sm_90a", "3", NULL, SK_OK},  {"sm_90a", "3", "1", SK_OK},   {"sm_90a", "3", "2", SK_ERR_INVALID_ARGUMENT},
       {"sm_90a", "4", NULL, SK_OK},  {"sm_90a", "4", "1", SK_ERR_INVALID_ARGUMENT},
       {"sm_120a", "2", NULL, SK_OK}, {"sm_120a", "2", "0", SK_OK}, {"sm_120a", "2", "1", SK_ERR_INVALID_ARGUMENT},
+      {"sm_120a", "3", NULL, SK_ERR_INVALID_ARGUMENT}, /* 172 KiB of stages alone */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     setenv("SPARKINFER_MHC_STAGES", cases[i].stages, 1);

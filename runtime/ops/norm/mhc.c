@@ -117,6 +117,9 @@ struct sk_mhc_plan {
   int projection_stages;        /* its x buffers per warp (STAGES) */
   int projection_ctas_per_sm;   /* its resident CTAs per SM (occupancy API at plan time; 0 offline) */
   int fused_decode;     /* SPARKINFER_MHC_FUSED_DECODE: 0 keeps the two launches */
+  /* Dynamic shared memory of the partial and projection kernels' launches, fixed at plan time
+   * (indexed by K_*; 0 for the kernels that take none). */
+  unsigned dynamic_smem[K_COUNT];
   /* T <= this (and <= scalar_max_t): one fused launch, per entry [0] pre, [1] post_pre; from the
    * device's CTA slots at plan time (0: no GPU, knob off, or too few slots). */
   int64_t fused_max_t[2];
@@ -137,16 +140,11 @@ static unsigned partial_smem(int pre, int stages, int fn_smem) {
  * the environment. */
 static sk_status partial_knobs(const char *arch, int64_t hidden, int *stages, int *tokens_per_cta, int64_t *scalar_max_t,
                                int64_t *split_min_t, int *fn_smem_terms) {
-  const int n = sk_arch_number(arch);
   uint64_t v;
   SK_TRY(sk_env_u64("SPARKINFER_MHC_STAGES", 2, &v));
   if (v < 2 || v > MAX_STAGES)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_STAGES=%llu: expected 2, 3 or 4", (unsigned long long)v);
-  if (v > 2 && n != 90 && n != 100)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
-                        "SPARKINFER_MHC_STAGES=%llu: 3 and 4 stages need the shared memory of sm_90/sm_100, the target is %s",
-                        (unsigned long long)v, arch);
-  *stages = (int)v;
+  *stages = (int)v; /* whether the target's blocks hold them: the shared-memory check below */
   SK_TRY(sk_env_u64("SPARKINFER_MHC_TOKENS_PER_CTA", 0, &v));
   if (v % GROUP || v > MAX_TOKENS_PER_CTA)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_TOKENS_PER_CTA=%llu: expected a multiple of %d up to %d",
@@ -288,13 +286,13 @@ SK_API sk_status sk_mhc_plan_create(const sk_mhc_caps *caps, sk_mhc_plan **out) 
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_MHC_FUSED_DECODE", 1, &p->fused_decode);
   for (int i = 0; s == SK_OK && i < K_COUNT; i++)
     if (plan_uses(p, i)) s = sk_op_resolve(OP, SOURCE, names[i], params, p->arch, &p->k[i]);
-  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_POST_PRE_PARTIAL], partial_smem(0, p->stages, p->fn_smem_terms));
-  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PARTIAL], partial_smem(1, p->stages, 0));
-  const unsigned projection_bytes = projection_smem(p->projection_warps, p->projection_stages);
-  if (s == SK_OK) s = sk_op_allow_dynamic_smem(p->k[K_PRE_PROJECTION], projection_bytes);
+  p->dynamic_smem[K_POST_PRE_PARTIAL] = partial_smem(0, p->stages, p->fn_smem_terms);
+  p->dynamic_smem[K_PRE_PARTIAL] = partial_smem(1, p->stages, 0);
+  p->dynamic_smem[K_PRE_PROJECTION] = projection_smem(p->projection_warps, p->projection_stages);
+  for (int i = 0; s == SK_OK && i < K_COUNT; i++) s = sk_op_allow_dynamic_smem(p->k[i], p->dynamic_smem[i]);
   if (s == SK_OK && p->k[K_PRE_PROJECTION] && p->sm_count > 0)
-    p->projection_ctas_per_sm =
-        sk_op_resident_ctas_per_sm(p->k[K_PRE_PROJECTION], p->projection_warps * 32, projection_bytes);
+    p->projection_ctas_per_sm = sk_op_resident_ctas_per_sm(p->k[K_PRE_PROJECTION], p->projection_warps * 32,
+                                                           p->dynamic_smem[K_PRE_PROJECTION]);
   if (s == SK_OK) {
     p->fused_max_t[0] = fused_max_tokens(p, K_PRE_FUSED_DECODE);
     p->fused_max_t[1] = fused_max_tokens(p, K_POST_PRE_FUSED_DECODE);
@@ -515,12 +513,11 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
     void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[6], &t, &tpc};
     SK_TRY(sk_kernel_launch_ex(p->k[K_PRE_PROJECTION], (sk_dim3){(unsigned)sk_cdiv(t, tpc), s, 1},
                                (sk_dim3){(unsigned)p->projection_warps * 32, 1, 1},
-                               projection_smem(p->projection_warps, p->projection_stages), stream, args,
-                               SK_LAUNCH_OVERLAP_PREVIOUS));
+                               p->dynamic_smem[K_PRE_PROJECTION], stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
   } else {
     const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
-    const unsigned smem = partial_smem(pre, stages, pre ? 0 : p->fn_smem_terms);
+    const unsigned smem = p->dynamic_smem[pre ? K_PRE_PARTIAL : K_POST_PRE_PARTIAL];
     void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
     void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
                              (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
