@@ -199,8 +199,7 @@ static int mm_call(void *ctx, cudaStream_t s) {
 
 int main(void) {
   bench_json json = bench_json_open();
-  CK(cudaSetDevice(0));
-  CK(cudaFree(0));
+  bench_open_device();
   uint64_t rng = 42;
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

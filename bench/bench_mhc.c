@@ -44,8 +44,7 @@ static int mhc_call(void *ctx, cudaStream_t s) {
 
 int main(void) {
   bench_json json = bench_json_open();
-  CK(cudaSetDevice(0));
-  CK(cudaFree(0));
+  bench_open_device();
   const int hs[] = {2048, 4096, 7168}, ts[] = {1, 8, 16, 128, 256, 512, 1024, 4096};
   DLDataType bf = {kDLBfloat, 16, 1}, f32 = {kDLFloat, 32, 1};
   cudaStream_t s;

@@ -10,10 +10,7 @@
 
 int main(void) {
   bench_json json = bench_json_open();
-  CK(cudaSetDevice(0));
-  CK(cudaFree(0));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = bench_open_device();
   const char *kinds[] = {"f16 m16n8k16", "bf16 m16n8k16", "e4m3 m16n8k32"};
   const double flop_per_mma[] = {2.0 * 16 * 8 * 16, 2.0 * 16 * 8 * 16, 2.0 * 16 * 8 * 32};
   enum { kIters = 4096, kChains = 8, kThreads = 256, kBlocksPerSm = 4 };

@@ -29,8 +29,7 @@ static int quant_call(void *ctx, cudaStream_t s) {
 
 int main(void) {
   bench_json json = bench_json_open();
-  CK(cudaSetDevice(0));
-  CK(cudaFree(0));
+  bench_open_device();
   const int64_t msz[] = {1, 16, 128, 4096, 16384}, ksz[] = {2048, 4096, 7168};
   const int64_t maxm = 16384, maxk = 7168;
   void *dx, *dv, *ds, *dg, *scratch;

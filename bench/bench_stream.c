@@ -44,10 +44,7 @@ static int launch_copy(void *ctx, cudaStream_t s) {
 
 int main(void) {
   bench_json json = bench_json_open();
-  CK(cudaSetDevice(0));
-  CK(cudaFree(0));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = bench_open_device();
   const char *mb_env = getenv("SK_BENCH_MB");
   const long long mib = mb_env && atoll(mb_env) > 0 ? atoll(mb_env) : 256;
   const size_t bytes = (size_t)mib << 20;

@@ -23,6 +23,16 @@
     if ((x) != SK_OK) { fprintf(stderr, "%s: %s\n", #x, sk_last_error_message()); exit(1); }     \
   } while (0)
 
+/* Device 0 with its primary context created (so the first timed call pays no setup); returns
+ * its SM count. Exits like CK on failure. */
+static inline int bench_open_device(void) {
+  CK(cudaSetDevice(0));
+  CK(cudaFree(0));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
 /* Row filters for quick sweeps: bench_keep("SK_BENCH_M", m) is 1 when the variable is unset or
  * its comma-separated list contains v (e.g. SK_BENCH_M=1,16). */
 static inline int bench_keep(const char *var, long long v) {
