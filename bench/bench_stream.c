@@ -5,7 +5,10 @@
  * This bench streams READS input arrays into WRITES output arrays (kernel_src/test/stream_mix.cuh,
  * 16-byte vectors, grid-stride, every SM full) and reports GB/s counting each byte read or written
  * once, for each ratio; plus cudaMemcpy device to device. Median of 7 rounds of 5 launches.
- * SK_BENCH_MB: MiB per array (default 256: every ratio far beyond the 50 MB L2). */
+ * SK_BENCH_MB: MiB per array (default 256: every ratio far beyond the 50 MB L2).
+ * SK_BENCH_STREAM_UNROLL (4, 8, 16; default 4): vectors each thread loads before it stores them.
+ * SK_BENCH_STREAM_MODE: bits of sk_test::StreamMixMode (default 0): 1 loads with the L2::256B
+ * prefetch hint, 2 streaming (.cs) stores, 4 a contiguous slab per CTA instead of grid-stride. */
 #include <stdio.h>
 
 #include "bench_util.h"
@@ -64,12 +67,25 @@ int main(void) {
       {1, 0, "run_pre projection (x, rows only)"},
       {0, 1, "write only"},
   };
+  const char *mode_env = getenv("SK_BENCH_STREAM_MODE"), *unroll_env = getenv("SK_BENCH_STREAM_UNROLL");
+  const int mode = mode_env ? atoi(mode_env) : 0, unroll = unroll_env ? atoi(unroll_env) : 4;
+  if (mode < 0 || mode > 7 || (unroll != 4 && unroll != 8 && unroll != 16)) {
+    fprintf(stderr, "SK_BENCH_STREAM_MODE=%s SK_BENCH_STREAM_UNROLL=%s: expected mode bits 0..7 (1 loads L2::256B, "
+                    "2 stores .cs, 4 a slab per CTA) and 4, 8 or 16 vectors per thread\n",
+            mode_env ? mode_env : "", unroll_env ? unroll_env : "");
+    return 2;
+  }
+  printf("Access: %d vectors per thread, loads %s, stores %s, %s.\n\n", unroll,
+         mode & 1 ? "L2::256B" : "plain", mode & 2 ? ".cs" : "plain", mode & 4 ? "a contiguous slab per CTA" : "grid-stride");
   printf("| reads:writes | GB/s | vs 1:1 | kernel of this ratio |\n|---|---|---|---|\n");
   double copy_gbs = 0;
   for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
     char name[64];
-    snprintf(name, sizeof name, "sk_test::stream_mix<%d, %d>", mixes[m].reads, mixes[m].writes);
-    sk_kernel_request req = {"test.stream_mix", "test/stream_mix.cuh", name, "", NULL, NULL, 0, 0};
+    snprintf(name, sizeof name, "sk_test::stream_mix<%d, %d, %d, %d>", mixes[m].reads, mixes[m].writes, unroll, mode);
+    char params[64];
+    snprintf(params, sizeof params, "reads=%d writes=%d unroll=%d mode=%d", mixes[m].reads, mixes[m].writes, unroll,
+             mode);
+    sk_kernel_request req = {"test.stream_mix", "test/stream_mix.cuh", name, params, NULL, NULL, 0, 0};
     mix_call c = {0};
     SK(sk_kernel_resolve(&req, &c.k));
     c.grid = (unsigned)(sms * kCtasPerSm);
