@@ -310,6 +310,50 @@ Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = 
   unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
 }
 
+/* SPARKINFER_MHC_OWN_SUMS (the 2-stage lockstep loop with its own sums buffer) is validated at
+ * plan time and defaults to on where the buffer fits next to the stages and the default fn terms
+ * (sm_90a: 2 stages + 2 terms + 24 KiB = 208 KiB), off where it does not (sm_120a); the plan's
+ * stage count carries the flag (binding dim[2] = 2 | 16). */
+Test(mhc_ops, own_sums_env_is_validated_and_defaults_to_what_fits, .init = setup, .fini = teardown) {
+  sk_mhc_caps c = {256, 64, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
+  sk_mhc_plan *p;
+  static const char *const bad[] = {"2", "maybe", "-1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("SPARKINFER_MHC_OWN_SUMS", bad[i], 1);
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
+    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_OWN_SUMS"), "%s", sk_last_error_message());
+  }
+  /* {arch, stages, own sums (NULL: unset), expected status, expected dim[2]} */
+  static const struct { const char *arch, *stages, *own; sk_status want; int64_t dim2; } cases[] = {
+      {"sm_90a", "2", NULL, SK_OK, 18},  {"sm_90a", "2", "0", SK_OK, 2},  {"sm_90a", "2", "1", SK_OK, 18},
+      {"sm_90a", "3", NULL, SK_OK, 3},   {"sm_90a", "3", "0", SK_OK, 3},  {"sm_90a", "3", "1", SK_ERR_INVALID_ARGUMENT, 0},
+      {"sm_120a", "2", NULL, SK_OK, 2},  {"sm_121a", "2", NULL, SK_OK, 2},
+      {"sm_120a", "2", "1", SK_ERR_INVALID_ARGUMENT, 0}, /* 106.5 KiB > 99 KiB */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("SPARKINFER_MHC_STAGES", cases[i].stages, 1);
+    if (cases[i].own) setenv("SPARKINFER_MHC_OWN_SUMS", cases[i].own, 1);
+    else unsetenv("SPARKINFER_MHC_OWN_SUMS");
+    sk_mhc_caps ci = c;
+    ci.arch = cases[i].arch;
+    const sk_status got = sk_mhc_plan_create(&ci, &p);
+    cr_assert_eq(got, cases[i].want, "%s, %s stages, own sums %s: %s", cases[i].arch, cases[i].stages,
+                 cases[i].own ? cases[i].own : "(default)", sk_last_error_message());
+    if (got != SK_OK) {
+      cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_OWN_SUMS") || strstr(sk_last_error_message(), "shared memory"),
+                "%s", sk_last_error_message());
+      continue;
+    }
+    sk_binding b;
+    bind_pre_offline(p, 64, 256, &b);
+    cr_assert_eq(b.dim[2], cases[i].dim2, "%s, %s stages, own sums %s: dim[2] %lld", cases[i].arch, cases[i].stages,
+                 cases[i].own ? cases[i].own : "(default)", (long long)b.dim[2]);
+    sk_mhc_plan_destroy(p);
+  }
+  unsetenv("SPARKINFER_MHC_STAGES");
+  unsetenv("SPARKINFER_MHC_OWN_SUMS");
+}
+
 /* The variant knobs name other kernels, and sk-warm's op manifests read them as a plan does, so a
  * cache warmed under the same environment serves the frozen process (docs/env.md). */
 Test(mhc_ops, sk_warm_prebuilds_the_variants_the_knobs_name, .init = setup, .fini = teardown) {

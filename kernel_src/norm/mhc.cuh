@@ -54,13 +54,15 @@
 //    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per CTA).
 //    block = exactly 128 threads (pre) / 512 threads (post_pre); grid = (ceil(T / tokens_per_cta), S, 1).
 //    tokens_per_cta: a multiple of 16 (16 .. 1024); bits do not depend on it.
-//    num_stages in {2, 3, 4}: cp.async stage buffers; 2 runs the lockstep schedule, 3-4 the
-//    pipelined one (same bits). FN_SMEM (post_pre; pre: 0) = fn terms in shared memory instead of
-//    registers (the last ones: lo, then mid; same bits). Dynamic shared memory =
-//    partial_dynamic_smem_bytes(NS, num_stages, FN_SMEM) = 128 (alignment slack) + num_stages *
-//    partial_stage_bytes(NS) (+ 2 * partial_sums_bytes(NS) for 3-4 stages) + FN_SMEM * 48 KiB:
-//    pre 16 / 36 / 44 KiB, post_pre 82.5 / 172 / 213 KiB for 2 / 3 / 4 stages (+ 128 B); above
-//    48 KiB the host raises the kernel's max dynamic shared memory attribute. Static smem 5 KiB.
+//    num_stages in {2, 3, 4, 2 | kOwnSumsFlag}: cp.async stage buffers; 2 runs the lockstep
+//    schedule (four barriers a group), 2 | kOwnSumsFlag the same with a sums buffer of its own
+//    (two barriers), 3-4 the pipelined one (same bits all). FN_SMEM (post_pre; pre: 0) = fn terms
+//    in shared memory instead of registers (the last ones: lo, then mid; same bits). Dynamic
+//    shared memory = partial_dynamic_smem_bytes(NS, stages, own sums, FN_SMEM) = 128 (alignment
+//    slack) + stages * partial_stage_bytes(NS) (+ 2 * partial_sums_bytes(NS) for 3-4 stages, + 1
+//    with kOwnSumsFlag) + FN_SMEM * 48 KiB: pre 16 / 22 / 36 / 44 KiB, post_pre 82.5 / 106.5 /
+//    172 / 213 KiB for 2 / 2 own sums / 3 / 4 stages (+ 128 B); above 48 KiB the host raises the
+//    kernel's max dynamic shared memory attribute. Static smem 5 KiB.
 //    Suggested: num_stages 2 (measured fastest on the H200; 3-4 need sm_90/sm_100 shared memory);
 //    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
 //
@@ -254,17 +256,19 @@ SK_HOST_DEVICE constexpr int coef_region_chunk(int ns) { return x_region_chunk(n
 // Projection sums of one group, [warp][token][mix] fp32.
 SK_HOST_DEVICE constexpr int partial_sums_bytes(int ns) { return 4 * ns * kGroup * kMixes * 4; }
 // Whole dynamic shared memory: 2 stages run the lockstep loop (sums in the consumed stream
-// region); 3-4 the pipelined loop, which adds two sums buffers (double-buffered across groups).
-SK_HOST_DEVICE constexpr int partial_smem_bytes(int ns, int stages) {
-  return stages * partial_stage_bytes(ns) + (stages >= 3 ? 2 * partial_sums_bytes(ns) : 0);
+// region, or with kOwnSumsFlag in one sums buffer after the stages); 3-4 the pipelined loop, which
+// adds two sums buffers (double-buffered across groups).
+constexpr int kOwnSumsFlag = 16;  // or-ed into num_stages (2 stages only)
+SK_HOST_DEVICE constexpr int partial_smem_bytes(int ns, int stages, bool own_sums = false) {
+  return stages * partial_stage_bytes(ns) + (stages >= 3 ? 2 * partial_sums_bytes(ns) : own_sums ? partial_sums_bytes(ns) : 0);
 }
 // One fn term's fragments of every warp, [warp][k-step][n-tile][lane] x 8 bytes: post_pre 48 KiB,
 // pre 12 KiB. FN_SMEM of these (the last terms: lo, then mid) follow partial_smem_bytes.
 SK_HOST_DEVICE constexpr int partial_fn_term_bytes(int ns) { return 4 * ns * kWarpKSteps * kNTiles * kWarpSize * 8; }
 // Alignment of the stage buffers (see partial_body) and the dynamic shared memory a launch gives.
 constexpr int kPartialSmemAlign = 128;
-SK_HOST_DEVICE constexpr int partial_dynamic_smem_bytes(int ns, int stages, int fn_smem) {
-  return kPartialSmemAlign + partial_smem_bytes(ns, stages) + fn_smem * partial_fn_term_bytes(ns);
+SK_HOST_DEVICE constexpr int partial_dynamic_smem_bytes(int ns, int stages, bool own_sums, int fn_smem) {
+  return kPartialSmemAlign + partial_smem_bytes(ns, stages, own_sums) + fn_smem * partial_fn_term_bytes(ns);
 }
 
 // fn = hi + mid + lo with each term a bf16 (round to nearest): f - hi and (f - hi) - mid are
@@ -550,10 +554,13 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, const float* proj_
   }
 }
 
-// Two schedules of the same per-group work (same bits: every warp runs the same MMAs and the
+// Three schedules of the same per-group work (same bits: every warp runs the same MMAs and the
 // reduction the same order; only the overlap differs):
 //   2 stages, lockstep (fits 99 KiB): per group wait -> stage -> MMA -> sums -> reduce, four
 //     barriers, sums in the consumed stream region.
+//   2 stages, lockstep with its own sums buffer (kOwnSumsFlag; 24 KiB more for post_pre, too much
+//     for sm_120's 99 KiB): group g's reduce runs after the first barrier of group g + 1, next to
+//     its mix-back, so a group has two barriers; 4% faster on the H200 (eighty-sixth run).
 //   3-4 stages, pipelined: iteration i runs reduce(i-1), stage(i+1) and MMA(i) between ONE pair
 //     of barriers; half the warps of every scheduler partition (warp / 4 odd) take MMA(i) first,
 //     the other half stage(i+1) first, so the tensor pipe (MMA) and the FMA pipe (mix-back)
@@ -576,6 +583,8 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int stream = warp / 4, quarter = warp % 4;
   const int tile = static_cast<int>(blockIdx.y);
+  const bool own_sums = (num_stages & kOwnSumsFlag) != 0;
+  num_stages &= kOwnSumsFlag - 1;
   const int stages = num_stages < 2 ? 2 : num_stages > kMaxStages ? kMaxStages : num_stages;
   const i64 first = static_cast<i64>(blockIdx.x) * tokens_per_cta;
   const i64 end = min_i64(first + tokens_per_cta, num_tokens);
@@ -596,7 +605,7 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   static_assert(FN_SMEM >= 0 && FN_SMEM <= kFnTerms, "0..3 fn terms in shared memory");
   FnFragments<FN_SMEM> b;
   // This warp's slice of the fn-term region (after the stages and sums).
-  uint2* const fn_smem = reinterpret_cast<uint2*>(stage_smem + partial_smem_bytes(NS, stages) / 16) +
+  uint2* const fn_smem = reinterpret_cast<uint2*>(stage_smem + partial_smem_bytes(NS, stages, own_sums && stages == 2) / 16) +
                          warp * FN_SMEM * kWarpKSteps * kNTiles * kWarpSize;
   b.smem = fn_smem;
   {
@@ -629,7 +638,29 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   if (FN_SMEM > 0) __syncwarp();  // the warp's own slice: written and read by its lanes only
 
   float acc[kNTiles][4];
-  if (stages == 2) {
+  if (stages == 2 && own_sums) {
+    // Two barriers a group: group g's reduce runs after the first barrier of group g + 1, next to
+    // its mix-back, from a sums buffer of its own (the stream region is being refilled by then).
+    float* const sums = reinterpret_cast<float*>(stage_smem + 2 * kStageU4);
+    auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageU4; };
+    for (int grp = 0; grp < groups; ++grp) {
+      uint4* buf = parity_buf(grp);
+      cp_async_wait<0>();
+      __syncthreads();  // group grp visible; group grp - 1's MMAs done with its buffer, its sums visible
+      if (grp + 1 < groups) issue_group_loads(a, parity_buf(grp + 1), group_first(grp + 1), end, tile);
+      cp_async_commit();
+      if (grp > 0) reduce_group(a, sums, gram_sums[0], group_first(grp - 1), end, tile);
+      stage_group(a, buf, group_first(grp), end, tile);
+      __syncthreads();  // group grp staged; the reduce is done reading sums and gram_sums
+      group_gram<NS>(buf, gram_sums[0], warp, lane);
+      group_projection<NS, FN_SMEM>(buf, b, stream, quarter, lane, acc);
+      store_projection(sums, acc, warp, lane);
+    }
+    if (groups > 0) {
+      __syncthreads();
+      reduce_group(a, sums, gram_sums[0], group_first(groups - 1), end, tile);
+    }
+  } else if (stages == 2) {
     // Buffers by parity, spelled out: through group_buf the compiler kept a run-time division by
     // `stages` in every iteration (Nsight Compute, seventy-fifth run).
     auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageU4; };

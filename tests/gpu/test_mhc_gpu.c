@@ -225,9 +225,10 @@ Test(gpu_mhc, forced_partial_variant_matches_reference, .init = setup, .fini = t
   cr_assert_eq(failures, 0, "seed %llu: %d mismatches (MISMATCH lines above)", (unsigned long long)seed, failures);
 }
 
-/* Both schedules of the tensor-core partials: lockstep (2 stages) and pipelined (3, 4; the
- * default on sm_90/sm_100), with CTAs of 1, 3 and 4 groups (sums double-buffered by group parity;
- * the ring wraps). The environment is read at plan time. */
+/* The schedules of the tensor-core partials against the reference: lockstep (2 stages; on sm_90
+ * with its own sums buffer by default, each group's reduce deferred to the next group) and
+ * pipelined (3, 4), with CTAs of 1, 3 and 4 groups (sums double-buffered by group parity; the ring
+ * wraps). The environment is read at plan time. */
 Test(gpu_mhc, partial_schedules_match_reference, .init = setup, .fini = teardown, .timeout = 600) {
   uint64_t seed = skref_test_seed("gpu mhc schedules");
   skref_rng r;
@@ -507,14 +508,16 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
 }
 
 /* The post_pre partial's variants compute the same bits (docs/ops/norm.mhc.md): fn terms in
- * registers or shared memory (SPARKINFER_MHC_FN_SMEM_TERMS) and the lockstep or pipelined
- * schedule (SPARKINFER_MHC_STAGES), both read at plan time. Every output of run_post_pre against
+ * registers or shared memory (SPARKINFER_MHC_FN_SMEM_TERMS), the lockstep loop with or without its
+ * own sums buffer (SPARKINFER_MHC_OWN_SUMS) and the pipelined schedule (SPARKINFER_MHC_STAGES), all
+ * read at plan time. Every output of run_post_pre against
  * the default plan's, byte for byte, on fresh inputs and poisoned outputs. */
 Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini = teardown, .timeout = 600) {
   uint64_t seed = skref_test_seed("gpu mhc partial variants");
   skref_rng r;
   skref_rng_seed(&r, seed);
-  static const struct { const char *stages, *fn_terms; } variants[] = {{"2", "0"}, {"2", "1"}, {"2", "2"}, {"3", "0"}, {"3", "1"}};
+  static const struct { const char *stages, *fn_terms, *own_sums; } variants[] = {
+      {"2", "0", "1"}, {"2", "1", "1"}, {"2", "2", "1"}, {"2", "2", "0"}, {"2", "0", "0"}, {"3", "0", "0"}, {"3", "1", "0"}};
   const int hs[] = {2048, 7168}, t = 1000;
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -529,6 +532,7 @@ Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini 
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
       setenv("SPARKINFER_MHC_STAGES", variants[v].stages, 1);
       setenv("SPARKINFER_MHC_FN_SMEM_TERMS", variants[v].fn_terms, 1);
+      setenv("SPARKINFER_MHC_OWN_SUMS", variants[v].own_sums, 1);
       sk_mhc_caps caps = {h, t, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, NULL};
       sk_mhc_plan *plan;
       SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
@@ -548,8 +552,9 @@ Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini 
         const uint16_t *yb = (const uint16_t *)(first + t4h * 2);
         for (size_t i = 0; i < th; i++) cr_assert((yb[i] & 0x7f80) != 0x7f80, "y[%zu] not written or not finite", i);
       } else {
-        cr_assert_eq(memcmp(got, first, out_bytes), 0, "seed %llu H=%d: STAGES=%s FN_SMEM_TERMS=%s differs from 2/0",
-                     (unsigned long long)seed, h, variants[v].stages, variants[v].fn_terms);
+        cr_assert_eq(memcmp(got, first, out_bytes), 0,
+                     "seed %llu H=%d: STAGES=%s FN_SMEM_TERMS=%s OWN_SUMS=%s differs from 2/0/1", (unsigned long long)seed,
+                     h, variants[v].stages, variants[v].fn_terms, variants[v].own_sums);
         free(got);
       }
       CUDA_OK(cudaFree(scratch));
@@ -557,6 +562,7 @@ Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini 
     }
     unsetenv("SPARKINFER_MHC_STAGES");
     unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
+    unsetenv("SPARKINFER_MHC_OWN_SUMS");
     post_pre_io_free(&io);
     free(first);
   }

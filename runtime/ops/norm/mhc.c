@@ -65,6 +65,9 @@ static sk_status projection_shape(const char *arch, int *warps, int *stages) {
   return SK_OK;
 }
 #define MAX_STAGES 4
+/* sk::mhc::kOwnSumsFlag: or-ed into the partial kernels' num_stages with 2 stages, the lockstep
+ * loop with its own sums buffer (partial_knobs). The plan's `stages` carries it. */
+#define OWN_SUMS_FLAG 16
 /* Decode partial kernels (scalar FMA): one warp per (token, tile, role), 6 roles of 4 mixes. */
 #define SCALAR_ROLES 6
 #define SCALAR_THREADS 32
@@ -108,7 +111,7 @@ struct sk_mhc_plan {
   sk_kernel *k[K_COUNT];
   sk_scratch_layout scratch;
   int sm_count;
-  int stages;          /* cp.async stage buffers of the partial kernels */
+  int stages;          /* cp.async stage buffers of the partial kernels, | OWN_SUMS_FLAG (2 stages, own sums) */
   int fn_smem_terms;   /* post_pre partial: fn terms kept in shared memory instead of registers */
   int tokens_per_cta;  /* 0: the cost model in geometry(); else SPARKINFER_MHC_TOKENS_PER_CTA */
   int64_t scalar_max_t; /* T <= this: scalar partial kernels (SPARKINFER_MHC_SCALAR_MAX_T; 0: never) */
@@ -126,10 +129,13 @@ struct sk_mhc_plan {
 };
 
 /* Dynamic shared memory of a partial kernel (sk::mhc::partial_dynamic_smem_bytes): 2 stages run
- * the lockstep schedule, 3-4 the pipelined one with two sums buffers; then fn_smem fn terms. */
+ * the lockstep schedule (| OWN_SUMS_FLAG: with one sums buffer), 3-4 the pipelined one with two
+ * sums buffers; then fn_smem fn terms. */
 static unsigned partial_smem(int pre, int stages, int fn_smem) {
   const unsigned stage = pre ? PRE_STAGE_BYTES : POST_PRE_STAGE_BYTES, sums = pre ? PRE_SUMS_BYTES : POST_PRE_SUMS_BYTES;
-  return PARTIAL_SMEM_ALIGN + (unsigned)stages * stage + (stages >= 3 ? 2 * sums : 0) +
+  const int own_sums = (stages & OWN_SUMS_FLAG) != 0;
+  stages &= OWN_SUMS_FLAG - 1;
+  return PARTIAL_SMEM_ALIGN + (unsigned)stages * stage + (stages >= 3 ? 2 * sums : own_sums ? sums : 0) +
          (unsigned)fn_smem * (pre ? PRE_FN_TERM_BYTES : POST_PRE_FN_TERM_BYTES);
 }
 
@@ -166,19 +172,38 @@ static sk_status partial_knobs(const char *arch, int64_t hidden, int *stages, in
    * 3-10% (bench/RESULTS.md, seventy-sixth run). Default: the most terms, up to 2, that fit the
    * block's shared memory with the chosen stages (sm_90/sm_100: 2 with 2 stages, 1 with 3, 0 with
    * 4; sm_120: 0). SPARKINFER_MHC_FN_SMEM_TERMS (0..3) sets k, checked against the same limit. */
+  const unsigned limit = sk_arch_block_smem_limit(arch);
   unsigned fit = 2;
-  while (fit > 0 && partial_smem(0, *stages, (int)fit) + PARTIAL_STATIC_SMEM > sk_arch_block_smem_limit(arch)) fit--;
+  while (fit > 0 && partial_smem(0, *stages, (int)fit) + PARTIAL_STATIC_SMEM > limit) fit--;
   SK_TRY(sk_env_u64("SPARKINFER_MHC_FN_SMEM_TERMS", fit, &v));
   if (v > 3)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_FN_SMEM_TERMS=%llu: expected 0 .. 3",
                         (unsigned long long)v);
-  const unsigned bytes = partial_smem(0, *stages, (int)v) + PARTIAL_STATIC_SMEM;
-  if (bytes > sk_arch_block_smem_limit(arch))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
-                        "norm.mhc post_pre partial kernel: %d stages and %llu fn terms in shared memory need %u bytes, "
-                        "more than the %u a block of %s can have (SPARKINFER_MHC_STAGES / SPARKINFER_MHC_FN_SMEM_TERMS)",
-                        *stages, (unsigned long long)v, bytes, sk_arch_block_smem_limit(arch), arch);
   *fn_smem_terms = (int)v;
+  /* The 2-stage lockstep loop with a sums buffer of its own (sk::mhc::kOwnSumsFlag): two barriers
+   * a group instead of four, each group's reduce moved next to the next group's mix-back. On the
+   * H200 the post_pre partial got 4% faster (T = 4096, H = 7168: 225.8 -> 216.1 us; run_post_pre
+   * 2-3% at H 4096 / 7168; bench/RESULTS.md, eighty-sixth run). Default: on where the sums buffer
+   * (24 KiB for post_pre) fits next to the stages and the fn terms chosen above (sm_90 / sm_100),
+   * off elsewhere (sm_120's 99 KiB a block); SPARKINFER_MHC_OWN_SUMS=0 / 1 sets it (2 stages only). */
+  int own_sums;
+  SK_TRY(sk_env_flag("SPARKINFER_MHC_OWN_SUMS", -1, &own_sums));
+  if (own_sums > 1)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "SPARKINFER_MHC_OWN_SUMS=%d: expected 0 or 1", own_sums);
+  if (own_sums == 1 && *stages != 2)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "SPARKINFER_MHC_OWN_SUMS=1 applies to the 2-stage lockstep loop, not SPARKINFER_MHC_STAGES=%d",
+                        *stages);
+  if (own_sums < 0)
+    own_sums = *stages == 2 && partial_smem(0, 2 | OWN_SUMS_FLAG, *fn_smem_terms) + PARTIAL_STATIC_SMEM <= limit;
+  if (own_sums) *stages |= OWN_SUMS_FLAG;
+  const unsigned bytes = partial_smem(0, *stages, *fn_smem_terms) + PARTIAL_STATIC_SMEM;
+  if (bytes > limit)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "norm.mhc post_pre partial kernel: %d stages%s and %d fn terms in shared memory need %u bytes, "
+                        "more than the %u a block of %s can have (SPARKINFER_MHC_STAGES / _FN_SMEM_TERMS / _OWN_SUMS)",
+                        *stages & (OWN_SUMS_FLAG - 1), own_sums ? " with their own sums buffer" : "", *fn_smem_terms,
+                        bytes, limit, arch);
   return SK_OK;
 }
 
