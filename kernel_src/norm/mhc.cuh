@@ -377,7 +377,7 @@ SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 gro
     if (NS == 1) {
       const uint4 v = buf[sk_mhc_chunk_index(1, token, 0, chunk)];
 #pragma unroll
-      for (int s = 0; s < kStreams; ++s) store_16B(out + s * HIDDEN, v);
+      for (int s = 0; s < kStreams; ++s) store_16B_streaming(out + s * HIDDEN, v);
     } else {
       const uint4 xv = buf[x_region_chunk(NS) + token * kChunks + chunk];
       const float* coef = reinterpret_cast<const float*>(buf + coef_region_chunk(NS)) + token * kCoefs;
@@ -1041,7 +1041,7 @@ SK_DEVICE void pre_partial_scalar_body(const bf16* __restrict__ x, const float* 
   streams[0] = load_readonly_16B(x + token * HIDDEN + h);
   if (blockIdx.z == 0) {
 #pragma unroll
-    for (int s = 0; s < kStreams; ++s) store_16B(residual_out + (token * kStreams + s) * HIDDEN + h, streams[0]);
+    for (int s = 0; s < kStreams; ++s) store_16B_streaming(residual_out + (token * kStreams + s) * HIDDEN + h, streams[0]);
   }
   scalar_partial_reduce<HIDDEN, 1>(w, streams, partials);
 }
@@ -1121,7 +1121,7 @@ SK_DEVICE void load_stream_vectors(const bf16* __restrict__ src, i64 token, i64 
     const uint4 bits = load_readonly_16B(src + token * HIDDEN + h);
     if (copies != nullptr) {
 #pragma unroll
-      for (int s = 0; s < kStreams; ++s) store_16B(copies + (token * kStreams + s) * HIDDEN + h, bits);
+      for (int s = 0; s < kStreams; ++s) store_16B_streaming(copies + (token * kStreams + s) * HIDDEN + h, bits);
     }
     unpack_bf16x8(bits, r[0]);
 #pragma unroll
