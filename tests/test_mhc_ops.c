@@ -108,6 +108,19 @@ Test(mhc_ops, sk_warm_builds_mhc_entries_and_rejects_bad_caps, .init = setup, .f
 }
 
 /* Binds run_pre of an offline plan (no norm weight) on fake device tensors of T tokens. */
+/* Every value in bad[] of the plan-time knob `knob` makes sk_mhc_plan_create fail with
+ * SK_ERR_INVALID_ARGUMENT and a message naming the knob; the knob is unset afterwards. */
+static void assert_knob_rejected(const sk_mhc_caps *c, const char *knob, const char *const *bad, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    sk_mhc_plan *p = NULL;
+    setenv(knob, bad[i], 1);
+    cr_assert_eq(sk_mhc_plan_create(c, &p), SK_ERR_INVALID_ARGUMENT, "%s=%s accepted", knob, bad[i]);
+    cr_assert_null(p, "a failed plan_create leaves *out NULL");
+    cr_assert(strstr(sk_last_error_message(), knob), "%s", sk_last_error_message());
+  }
+  unsetenv(knob);
+}
+
 static void bind_pre_offline(const sk_mhc_plan *p, int64_t t, int64_t h, sk_binding *b) {
   sk_scratch_spec spec;
   cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
@@ -128,11 +141,7 @@ Test(mhc_ops, scalar_crossover_env_is_validated_at_plan_time, .init = setup, .fi
   sk_mhc_caps c = {h, 32, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_120a"};
   sk_mhc_plan *p;
   static const char *const bad[] = {"-1", "abc", "8x", "4294967296"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("SPARKINFER_MHC_SCALAR_MAX_T", bad[i], 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
-    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_SCALAR_MAX_T"), "%s", sk_last_error_message());
-  }
+  assert_knob_rejected(&c, "SPARKINFER_MHC_SCALAR_MAX_T", bad, sizeof bad / sizeof bad[0]);
   /* 0 (tensor cores for every T), the default, and a crossover above max_tokens (scalar only). */
   static const char *const good[] = {"0", "", "8", "1K"};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
@@ -177,11 +186,7 @@ Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setu
   sk_mhc_caps c = {h, 4096, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
   sk_mhc_plan *p;
   static const char *const bad[] = {"-1", "many", "4294967296"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("SPARKINFER_MHC_SPLIT_MIN_T", bad[i], 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
-    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_SPLIT_MIN_T"), "%s", sk_last_error_message());
-  }
+  assert_knob_rejected(&c, "SPARKINFER_MHC_SPLIT_MIN_T", bad, sizeof bad / sizeof bad[0]);
   /* {knob, T, expected dim[6]}; the scalar crossover set to 8 (its default for H > 4096). */
   setenv("SPARKINFER_MHC_SCALAR_MAX_T", "8", 1);
   static const struct { const char *knob; int64_t t; int64_t split; } cases[] = {
@@ -280,11 +285,7 @@ Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = 
   sk_mhc_caps c = {256, 64, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
   sk_mhc_plan *p;
   static const char *const bad[] = {"4", "two", "-1"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("SPARKINFER_MHC_FN_SMEM_TERMS", bad[i], 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
-    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_FN_SMEM_TERMS"), "%s", sk_last_error_message());
-  }
+  assert_knob_rejected(&c, "SPARKINFER_MHC_FN_SMEM_TERMS", bad, sizeof bad / sizeof bad[0]);
   /* {arch, stages, terms (NULL: unset), expected}: 2 stages + 2 terms = 183 KiB fit sm_90a, not
    * sm_120a (99 KiB); 3 stages (172 KiB) take at most 1 term, 4 stages (213 KiB) none. */
   static const struct { const char *arch, *stages, *terms; sk_status want; } cases[] = {
@@ -318,11 +319,7 @@ Test(mhc_ops, own_sums_env_is_validated_and_defaults_to_what_fits, .init = setup
   sk_mhc_caps c = {256, 64, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
   sk_mhc_plan *p;
   static const char *const bad[] = {"2", "maybe", "-1"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("SPARKINFER_MHC_OWN_SUMS", bad[i], 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i]);
-    cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_OWN_SUMS"), "%s", sk_last_error_message());
-  }
+  assert_knob_rejected(&c, "SPARKINFER_MHC_OWN_SUMS", bad, sizeof bad / sizeof bad[0]);
   /* {arch, stages, own sums (NULL: unset), expected status, expected dim[2]} */
   static const struct { const char *arch, *stages, *own; sk_status want; int64_t dim2; } cases[] = {
       {"sm_90a", "2", NULL, SK_OK, 18},  {"sm_90a", "2", "0", SK_OK, 2},  {"sm_90a", "2", "1", SK_OK, 18},
