@@ -121,6 +121,18 @@ static void assert_knob_rejected(const sk_mhc_caps *c, const char *knob, const c
   unsetenv(knob);
 }
 
+/* sk_mhc_plan_create for caps c on `arch` with SPARKINFER_MHC_STAGES=stages and `knob` = value
+ * (NULL: unset), as the shared-memory knob tests need; both variables stay set for the caller. */
+static sk_status plan_with_stages_and_knob(const sk_mhc_caps *c, const char *arch, const char *stages, const char *knob,
+                                           const char *value, sk_mhc_plan **p) {
+  setenv("SPARKINFER_MHC_STAGES", stages, 1);
+  if (value) setenv(knob, value, 1);
+  else unsetenv(knob);
+  sk_mhc_caps ci = *c;
+  ci.arch = arch;
+  return sk_mhc_plan_create(&ci, p);
+}
+
 static void bind_pre_offline(const sk_mhc_plan *p, int64_t t, int64_t h, sk_binding *b) {
   sk_scratch_spec spec;
   cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
@@ -286,8 +298,9 @@ Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = 
   sk_mhc_plan *p;
   static const char *const bad[] = {"4", "two", "-1"};
   assert_knob_rejected(&c, "SPARKINFER_MHC_FN_SMEM_TERMS", bad, sizeof bad / sizeof bad[0]);
-  /* {arch, stages, terms (NULL: unset), expected}: 2 stages + 2 terms = 183 KiB fit sm_90a, not
-   * sm_120a (99 KiB); 3 stages (172 KiB) take at most 1 term, 4 stages (213 KiB) none. */
+  /* {arch, stages, terms (NULL: unset), expected}: 2 stages + 2 terms = 183 KiB fit sm_90a (208 KiB
+   * with the default own sums buffer), not sm_120a (99 KiB); 3 stages (172 KiB) take at most 1
+   * term, 4 stages (213 KiB) none. */
   static const struct { const char *arch, *stages, *terms; sk_status want; } cases[] = {
       {"sm_90a", "2", NULL, SK_OK},  {"sm_90a", "2", "2", SK_OK},   {"sm_90a", "2", "3", SK_ERR_INVALID_ARGUMENT},
       {"sm_90a", "3", NULL, SK_OK},  {"sm_90a", "3", "1", SK_OK},   {"sm_90a", "3", "2", SK_ERR_INVALID_ARGUMENT},
@@ -296,12 +309,8 @@ Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = 
       {"sm_120a", "3", NULL, SK_ERR_INVALID_ARGUMENT}, /* 172 KiB of stages alone */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    setenv("SPARKINFER_MHC_STAGES", cases[i].stages, 1);
-    if (cases[i].terms) setenv("SPARKINFER_MHC_FN_SMEM_TERMS", cases[i].terms, 1);
-    else unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
-    sk_mhc_caps ci = c;
-    ci.arch = cases[i].arch;
-    const sk_status got = sk_mhc_plan_create(&ci, &p);
+    const sk_status got = plan_with_stages_and_knob(&c, cases[i].arch, cases[i].stages, "SPARKINFER_MHC_FN_SMEM_TERMS",
+                                                    cases[i].terms, &p);
     cr_assert_eq(got, cases[i].want, "%s, %s stages, terms %s: %s", cases[i].arch, cases[i].stages,
                  cases[i].terms ? cases[i].terms : "(default)", sk_last_error_message());
     if (got == SK_OK) sk_mhc_plan_destroy(p);
@@ -328,12 +337,8 @@ Test(mhc_ops, own_sums_env_is_validated_and_defaults_to_what_fits, .init = setup
       {"sm_120a", "2", "1", SK_ERR_INVALID_ARGUMENT, 0}, /* 106.5 KiB > 99 KiB */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    setenv("SPARKINFER_MHC_STAGES", cases[i].stages, 1);
-    if (cases[i].own) setenv("SPARKINFER_MHC_OWN_SUMS", cases[i].own, 1);
-    else unsetenv("SPARKINFER_MHC_OWN_SUMS");
-    sk_mhc_caps ci = c;
-    ci.arch = cases[i].arch;
-    const sk_status got = sk_mhc_plan_create(&ci, &p);
+    const sk_status got =
+        plan_with_stages_and_knob(&c, cases[i].arch, cases[i].stages, "SPARKINFER_MHC_OWN_SUMS", cases[i].own, &p);
     cr_assert_eq(got, cases[i].want, "%s, %s stages, own sums %s: %s", cases[i].arch, cases[i].stages,
                  cases[i].own ? cases[i].own : "(default)", sk_last_error_message());
     if (got != SK_OK) {

@@ -592,6 +592,9 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   // stages == 2 (the default) picks the buffer by parity, not a run-time division.
   auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageU4; };
   auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
+  // The 2-stage loops' buffers by parity, spelled out: through group_buf the compiler kept a
+  // run-time division by `stages` in every iteration (Nsight Compute, seventy-fifth run).
+  auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageU4; };
 
   // Prologue: the first stages - 1 groups in flight (one commit per slot, empty or not, so the
   // group count that wait_group sees is uniform).
@@ -642,7 +645,6 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
     // Two barriers a group: group g's reduce runs after the first barrier of group g + 1, next to
     // its mix-back, from a sums buffer of its own (the stream region is being refilled by then).
     float* const sums = reinterpret_cast<float*>(stage_smem + 2 * kStageU4);
-    auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageU4; };
     for (int grp = 0; grp < groups; ++grp) {
       uint4* buf = parity_buf(grp);
       cp_async_wait<0>();
@@ -661,9 +663,6 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
       reduce_group(a, sums, gram_sums[0], group_first(groups - 1), end, tile);
     }
   } else if (stages == 2) {
-    // Buffers by parity, spelled out: through group_buf the compiler kept a run-time division by
-    // `stages` in every iteration (Nsight Compute, seventy-fifth run).
-    auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageU4; };
     for (int grp = 0; grp < groups; ++grp) {
       uint4* buf = parity_buf(grp);
       cp_async_wait<0>();
