@@ -121,6 +121,10 @@ SK_DEVICE void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes =
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src),
                "r"(src_bytes));
 }
+// The same to a shared-memory address (u32, common/smem.cuh).
+SK_DEVICE void cp_async_16_at(u32 smem_address, const void* gmem_src, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address), "l"(gmem_src), "r"(src_bytes));
+}
 SK_DEVICE void cp_async_4(void* smem_dst, const void* gmem_src, int src_bytes = 4) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src),
                "r"(src_bytes));

@@ -127,6 +127,7 @@
 #include "common/defs.cuh"
 #include "common/mma.cuh"
 #include "common/reduce.cuh"
+#include "common/smem.cuh"
 #include "common/sync.cuh"
 #include "norm/bf16x8.cuh"
 #include "norm/mhc_coeffs.cuh"
@@ -267,6 +268,8 @@ SK_HOST_DEVICE constexpr int partial_smem_bytes(int ns, int stages, bool own_sum
 SK_HOST_DEVICE constexpr int partial_fn_term_bytes(int ns) { return 4 * ns * kWarpKSteps * kNTiles * kWarpSize * 8; }
 // Alignment of the stage buffers (see partial_body) and the dynamic shared memory a launch gives.
 constexpr int kPartialSmemAlign = 128;
+// The first kPartialSmemAlign-aligned shared-memory address at or after `address`.
+SK_DEVICE u32 align_smem_address(u32 address) { return (address + (kPartialSmemAlign - 1)) & ~u32(kPartialSmemAlign - 1); }
 SK_HOST_DEVICE constexpr int partial_dynamic_smem_bytes(int ns, int stages, bool own_sums, int fn_smem) {
   return kPartialSmemAlign + partial_smem_bytes(ns, stages, own_sums) + fn_smem * partial_fn_term_bytes(ns);
 }
@@ -303,7 +306,7 @@ struct PartialArgs {
 // division by the 5 rows per token, 64-bit products) was a quarter of post_pre's instructions
 // (Nsight Compute, thirty-first run).
 template <int HIDDEN, int NS>
-SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 group_first, i64 end, int tile) {
+SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, u32 buf, i64 group_first, i64 end, int tile) {
   static_assert(kChunks == kWarpSize, "one chunk per lane");
   static_assert(NS == 1 || 4 * NS == kGroup, "post_pre: one warp per token of the group");
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -313,8 +316,8 @@ SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i
     for (int k = 0; k < kGroup / 4; ++k) {
       const int token = warp + 4 * k;
       const bool valid = group_first + token < end;
-      cp_async_16(buf + sk_mhc_chunk_index(1, token, 0, lane), a.x + (valid ? group_first + token : 0) * HIDDEN + col,
-                  valid ? 16 : 0);
+      cp_async_16_at(buf + 16 * sk_mhc_chunk_index(1, token, 0, lane),
+                     a.x + (valid ? group_first + token : 0) * HIDDEN + col, valid ? 16 : 0);
     }
   } else {
     const int token = warp;
@@ -323,8 +326,8 @@ SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i
     const bf16* streams = a.residual + tg * kStreams * HIDDEN + col;
 #pragma unroll
     for (int s = 0; s < NS; ++s)
-      cp_async_16(buf + sk_mhc_chunk_index(NS, token, s, lane), streams + s * HIDDEN, valid ? 16 : 0);
-    cp_async_16(buf + x_region_chunk(NS) + token * kChunks + lane, a.x + tg * HIDDEN + col, valid ? 16 : 0);
+      cp_async_16_at(buf + 16 * sk_mhc_chunk_index(NS, token, s, lane), streams + s * HIDDEN, valid ? 16 : 0);
+    cp_async_16_at(buf + 16 * (x_region_chunk(NS) + token * kChunks + lane), a.x + tg * HIDDEN + col, valid ? 16 : 0);
     // Coefficients: per token post (1 chunk) then the 4 rows of comb (4 chunks).
     constexpr int kCoefChunks = kCoefs / 4;
     const int u = static_cast<int>(threadIdx.x);
@@ -333,7 +336,7 @@ SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i
       const bool cvalid = group_first + ctoken < end;
       const i64 t = cvalid ? group_first + ctoken : 0;
       const float* src = c == 0 ? a.prev_post + kStreams * t : a.prev_comb + kStreams * (kStreams * t + (c - 1));
-      cp_async_16(buf + coef_region_chunk(NS) + u, src, cvalid ? 16 : 0);
+      cp_async_16_at(buf + 16 * (coef_region_chunk(NS) + u), src, cvalid ? 16 : 0);
     }
   }
 }
@@ -363,8 +366,12 @@ SK_DEVICE uint4 mix_back_stream(float post_j, const float (&comb_j)[kStreams], c
 // Stage: post_pre mixes back in place (stream i of the chunk is replaced by output stream i, same
 // fma chain as mix_back_vector) and stores residual_out; pre stores 4 copies of x. Thread units
 // as in issue_group_loads: chunk = lane, token = warp (+ 4k for run_pre).
-template <int HIDDEN, int NS>
-SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 group_first, i64 end, int tile) {
+// COEFS_AT_ONCE: the token's 20 coefficients in 5 vector loads up front (20 registers at once);
+// otherwise one scalar load as each is used, which keeps the live set small where the fn terms
+// all sit in registers (FN_SMEM = 0, sm_120a: a 56-byte stack frame that way, 128 bytes with the
+// vector loads).
+template <int HIDDEN, int NS, bool COEFS_AT_ONCE>
+SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, u32 buf, i64 group_first, i64 end, int tile) {
   constexpr int kWarps = 4 * NS;  // blockDim, as the launch contract fixes it
   const int chunk = static_cast<int>(threadIdx.x) % kWarpSize;  // kChunks == kWarpSize
 #pragma unroll
@@ -375,22 +382,34 @@ SK_DEVICE void stage_group(const PartialArgs<HIDDEN, NS>& a, uint4* buf, i64 gro
     const i64 col = static_cast<i64>(tile) * kTileH + chunk * kBf16PerVector;
     bf16* out = a.residual_out + tg * kStreams * HIDDEN + col;
     if (NS == 1) {
-      const uint4 v = buf[sk_mhc_chunk_index(1, token, 0, chunk)];
+      const uint4 v = lds_16B(buf + 16 * sk_mhc_chunk_index(1, token, 0, chunk));
 #pragma unroll
       for (int s = 0; s < kStreams; ++s) store_16B_streaming(out + s * HIDDEN, v);
     } else {
-      const uint4 xv = buf[x_region_chunk(NS) + token * kChunks + chunk];
-      const float* coef = reinterpret_cast<const float*>(buf + coef_region_chunk(NS)) + token * kCoefs;
+      const uint4 xv = lds_16B(buf + 16 * (x_region_chunk(NS) + token * kChunks + chunk));
+      const u32 coef = buf + 16 * coef_region_chunk(NS) + 4 * token * kCoefs;  // post[4], then comb[4][4]: 80 bytes
+      float coefs[COEFS_AT_ONCE ? kCoefs : 1];
+      if constexpr (COEFS_AT_ONCE) {
+#pragma unroll
+        for (int q = 0; q < kCoefs / 4; ++q) {
+          const float4 c = lds_f32x4(coef + 16 * q);
+          coefs[4 * q] = c.x, coefs[4 * q + 1] = c.y, coefs[4 * q + 2] = c.z, coefs[4 * q + 3] = c.w;
+        }
+      }
+      auto coef_at = [&](int k) {
+        if constexpr (COEFS_AT_ONCE) return coefs[k];
+        else return lds_f32(coef + 4 * k);
+      };
       uint4 r[kStreams];
 #pragma unroll
-      for (int s = 0; s < kStreams; ++s) r[s] = buf[sk_mhc_chunk_index(NS, token, s, chunk)];
+      for (int s = 0; s < kStreams; ++s) r[s] = lds_16B(buf + 16 * sk_mhc_chunk_index(NS, token, s, chunk));
 #pragma unroll
       for (int j = 0; j < kStreams; ++j) {
         float comb_j[kStreams];
 #pragma unroll
-        for (int i = 0; i < kStreams; ++i) comb_j[i] = coef[kStreams + kStreams * i + j];
-        const uint4 o = mix_back_stream(coef[j], comb_j, xv, r);
-        buf[sk_mhc_chunk_index(NS, token, j, chunk)] = o;  // r[] holds the inputs: in place is safe
+        for (int i = 0; i < kStreams; ++i) comb_j[i] = coef_at(kStreams + kStreams * i + j);
+        const uint4 o = mix_back_stream(coef_at(j), comb_j, xv, r);
+        sts_16B(buf + 16 * sk_mhc_chunk_index(NS, token, j, chunk), o);  // r[] holds the inputs: in place is safe
         store_16B(out + j * HIDDEN, o);
       }
     }
@@ -404,6 +423,10 @@ SK_DEVICE void cp_async_wait_pending(int n_pending) {  // wait_group takes an im
 }
 
 typedef float GramSums[4][kGroup][kGramPairs];  // [quarter][token][pair]
+// Shared-memory address of gram_sums[quarter][token][pair] of the GramSums at `sums`.
+SK_DEVICE u32 gram_slot(u32 sums, int quarter, int token, int pair) {
+  return sums + 4 * ((quarter * kGroup + token) * kGramPairs + pair);
+}
 // A warp's fn fragments: the first REG_TERMS terms in registers, the others (FN_SMEM = 3 -
 // REG_TERMS) in this warp's own slice of shared memory ([term][k-step][n-tile][lane], 8 bytes a
 // lane: conflict-free). Shared memory holds them only to free registers (post_pre's partial runs
@@ -412,12 +435,12 @@ template <int FN_SMEM>
 struct FnFragments {
   static constexpr int kRegTerms = kFnTerms - FN_SMEM;
   u32 reg[kRegTerms > 0 ? kRegTerms : 1][kWarpKSteps][kNTiles][2];
-  const uint2* smem;  // this warp's FN_SMEM terms
+  u32 smem;  // shared-memory address of this warp's FN_SMEM terms
   SK_DEVICE void b(int term, int ks, int nt, int lane, u32 (&out)[2]) const {
     if (term < kRegTerms) {
       out[0] = reg[term][ks][nt][0], out[1] = reg[term][ks][nt][1];
     } else {
-      const uint2 w = smem[(((term - kRegTerms) * kWarpKSteps + ks) * kNTiles + nt) * kWarpSize + lane];
+      const uint2 w = lds_8B(smem + 8 * ((((term - kRegTerms) * kWarpKSteps + ks) * kNTiles + nt) * kWarpSize + lane));
       out[0] = w.x, out[1] = w.y;
     }
   }
@@ -431,22 +454,22 @@ struct FnFragments {
 // group would compute the same number 10 times over (and their ldmatrix addressing dominated
 // run_pre's partial kernel).
 template <int NS>
-SK_DEVICE void group_gram(const uint4* buf, GramSums& gram_sums, int warp, int lane) {
+SK_DEVICE void group_gram(u32 buf, u32 gram_sums, int warp, int lane) {
   if constexpr (NS == 1) {
 #pragma unroll
     for (int k = 0; k < kGroup / 4; ++k) {
       const int token = warp + 4 * k;
-      const uint4 v = buf[sk_mhc_chunk_index(1, token, 0, lane)];
+      const uint4 v = lds_16B(buf + 16 * sk_mhc_chunk_index(1, token, 0, lane));
       float sum = 0.0f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum = fmaf(bf16_element(v, e), bf16_element(v, e), sum);
       sum = warp_sum(sum);
-      if (lane == 0) gram_sums[0][token][0] = sum;
+      if (lane == 0) sts_f32(gram_slot(gram_sums, 0, token, 0), sum);
     }
     return;
   }
   constexpr int kWarps = 4 * NS;
-  const u32 base = smem_addr(buf);  // 128-byte aligned (partial_body): sk_mhc_kstep_offset applies
+  const u32 base = buf;  // 128-byte aligned (partial_body): sk_mhc_kstep_offset applies
 #pragma unroll 1
   for (int unit = warp; unit < kGramUnits; unit += kWarps) {
     const int quad = unit / 4, gq = unit % 4;
@@ -475,20 +498,20 @@ SK_DEVICE void group_gram(const uint4* buf, GramSums& gram_sums, int warp, int l
       for (int i = 0; i < 4; ++i) {
         const int ga = sk_mhc_gram_a(lane), gb = sk_mhc_gram_b(i, lane);
         if (sk_mhc_gram_useful(j, i, lane) && ga <= gb)
-          gram_sums[gq][4 * quad + sk_mhc_gram_token(j, lane)][sk_mhc_gram_pair(ga, gb)] = gram[j][i];
+          sts_f32(gram_slot(gram_sums, gq, 4 * quad + sk_mhc_gram_token(j, lane), sk_mhc_gram_pair(ga, gb)), gram[j][i]);
       }
   }
 }
 
 // Projection of this warp's 64-element slice of stream `stream` for the group's 16 tokens.
 template <int NS, int FN_SMEM>
-SK_DEVICE void group_projection(const uint4* buf, const FnFragments<FN_SMEM>& b, int stream, int quarter, int lane,
+SK_DEVICE void group_projection(u32 buf, const FnFragments<FN_SMEM>& b, int stream, int quarter, int lane,
                                 float (&acc)[kNTiles][4]) {
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
-  const u32 base = smem_addr(buf);  // 128-byte aligned (partial_body): sk_mhc_kstep_offset applies
+  const u32 base = buf;  // 128-byte aligned (partial_body): sk_mhc_kstep_offset applies
   const int a_off = 16 * sk_mhc_chunk_index(NS, sk_mhc_a_row(lane), stream, sk_mhc_a_chunk(quarter, 0, lane));
 #pragma unroll
   for (int ks = 0; ks < kWarpKSteps; ++ks) {
@@ -505,21 +528,21 @@ SK_DEVICE void group_projection(const uint4* buf, const FnFragments<FN_SMEM>& b,
   }
 }
 
-SK_DEVICE void store_projection(float* proj_sums, const float (&acc)[kNTiles][4], int warp, int lane) {
+SK_DEVICE void store_projection(u32 proj_sums, const float (&acc)[kNTiles][4], int warp, int lane) {
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; i += 2)
-      *reinterpret_cast<float2*>(proj_sums + (warp * kGroup + sk_mhc_c_token(i, lane)) * kMixes +
-                                 sk_mhc_c_mix(nt, i, lane)) = make_float2(acc[nt][i], acc[nt][i + 1]);
+      sts_f32x2(proj_sums + 4 * ((warp * kGroup + sk_mhc_c_token(i, lane)) * kMixes + sk_mhc_c_mix(nt, i, lane)),
+                acc[nt][i], acc[nt][i + 1]);
 }
 
 // One thread per (token, 4 slots): the warps' projection sums added in warp order (the Gram
 // quarters in quarter order), then one 16-byte store into the partial row. Slots 24..35 are the
 // 10 Gram pairs and the 2 pad slots (written as zero).
 template <int HIDDEN, int NS>
-SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, const float* proj_sums, const GramSums& gram_sums,
-                            i64 group_first, i64 end, int tile) {
+SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32 gram_sums, i64 group_first, i64 end,
+                            int tile) {
   constexpr int kWarps = 4 * NS;
   constexpr int kMixQuads = kMixes / 4, kRowQuads = kPartialStride / 4;
   static_assert(kMixes % 4 == 0 && kPartialStride % 4 == 0 && kMixes + kGramPairs <= kPartialStride, "row of float4");
@@ -530,22 +553,24 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, const float* proj_
     if (tg >= end) continue;
     float4 sum;
     if (quad < kMixQuads) {
-      sum = *reinterpret_cast<const float4*>(proj_sums + token * kMixes + 4 * quad);
+      sum = lds_f32x4(proj_sums + 4 * (token * kMixes + 4 * quad));
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) {
-        const float4 p = *reinterpret_cast<const float4*>(proj_sums + (w * kGroup + token) * kMixes + 4 * quad);
+        const float4 p = lds_f32x4(proj_sums + 4 * ((w * kGroup + token) * kMixes + 4 * quad));
         sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
       }
     } else {
       float g[4];
+      const float x_sq = NS == 1 ? lds_f32(gram_slot(gram_sums, 0, token, 0)) : 0.0f;  // run_pre: group_gram's sum x^2
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int pair = 4 * (quad - kMixQuads) + i;
         if (pair >= kGramPairs) g[i] = 0.0f;
-        else if (NS == 1) g[i] = gram_sums[0][token][0];  // run_pre: group_gram's sum x^2, every pair
+        else if (NS == 1) g[i] = x_sq;  // every pair
         else
-          g[i] = ((gram_sums[0][token][pair] + gram_sums[1][token][pair]) + gram_sums[2][token][pair]) +
-                 gram_sums[3][token][pair];
+          g[i] = ((lds_f32(gram_slot(gram_sums, 0, token, pair)) + lds_f32(gram_slot(gram_sums, 1, token, pair))) +
+                  lds_f32(gram_slot(gram_sums, 2, token, pair))) +
+                 lds_f32(gram_slot(gram_sums, 3, token, pair));
       }
       sum = make_float4(g[0], g[1], g[2], g[3]);
     }
@@ -570,14 +595,15 @@ template <int HIDDEN, int NS, int FN_SMEM>
 SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, int tokens_per_cta, int num_stages) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
   static_assert(kMaxStages - 2 <= 2, "cp_async_wait_pending covers up to 2 pending groups");
-  constexpr int kStageU4 = partial_stage_bytes(NS) / 16;
+  constexpr u32 kStageBytes = partial_stage_bytes(NS);
   static_assert(4 * NS * kGroup * kMixes * 4 <= NS * kGroup * kChunks * 16, "projection sums fit the stream region");
   extern __shared__ uint4 dynamic_smem[];
   __shared__ GramSums gram_sums[2];  // [group parity] (the lockstep loop uses [0])
   // Stage buffers from a 128-byte boundary (the launch adds kPartialSmemAlign bytes of slack):
   // the MMAs step their ldmatrix rows by XOR (sk_mhc_kstep_offset), which needs it.
   static_assert(partial_stage_bytes(NS) % kPartialSmemAlign == 0, "every stage buffer 128-byte aligned");
-  uint4* const stage_smem = dynamic_smem + ((kPartialSmemAlign - smem_addr(dynamic_smem) % kPartialSmemAlign) % kPartialSmemAlign) / 16;
+  const u32 stage_smem = align_smem_address(smem_addr(dynamic_smem));
+  const u32 gram_smem = smem_addr(gram_sums);
 
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -590,11 +616,11 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   const i64 end = min_i64(first + tokens_per_cta, num_tokens);
   const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
   // stages == 2 (the default) picks the buffer by parity, not a run-time division.
-  auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageU4; };
+  auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageBytes; };
   auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
   // The 2-stage loops' buffers by parity, spelled out: through group_buf the compiler kept a
   // run-time division by `stages` in every iteration (Nsight Compute, seventy-fifth run).
-  auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageU4; };
+  auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageBytes; };
 
   // Prologue: the first stages - 1 groups in flight (one commit per slot, empty or not, so the
   // group count that wait_group sees is uniform).
@@ -608,8 +634,8 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   static_assert(FN_SMEM >= 0 && FN_SMEM <= kFnTerms, "0..3 fn terms in shared memory");
   FnFragments<FN_SMEM> b;
   // This warp's slice of the fn-term region (after the stages and sums).
-  uint2* const fn_smem = reinterpret_cast<uint2*>(stage_smem + partial_smem_bytes(NS, stages, own_sums && stages == 2) / 16) +
-                         warp * FN_SMEM * kWarpKSteps * kNTiles * kWarpSize;
+  const u32 fn_smem = stage_smem + partial_smem_bytes(NS, stages, own_sums && stages == 2) +
+                      8 * warp * FN_SMEM * kWarpKSteps * kNTiles * kWarpSize;
   b.smem = fn_smem;
   {
     const float* fn_warp = a.fn + static_cast<i64>(stream) * HIDDEN + static_cast<i64>(tile) * kTileH;
@@ -630,10 +656,9 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
             if (term < FnFragments<FN_SMEM>::kRegTerms) {
               b.reg[term][ks][nt][half] = word;
             } else {
-              u32* slot = reinterpret_cast<u32*>(
-                  fn_smem + ((term - FnFragments<FN_SMEM>::kRegTerms) * kWarpKSteps + ks) * kNTiles * kWarpSize +
-                  nt * kWarpSize + lane);
-              slot[half] = word;
+              sts_u32(fn_smem + 8 * (((term - FnFragments<FN_SMEM>::kRegTerms) * kWarpKSteps + ks) * kNTiles * kWarpSize +
+                                     nt * kWarpSize + lane) + 4 * half,
+                      word);
             }
           }
         }
@@ -644,47 +669,48 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   if (stages == 2 && own_sums) {
     // Two barriers a group: group g's reduce runs after the first barrier of group g + 1, next to
     // its mix-back, from a sums buffer of its own (the stream region is being refilled by then).
-    float* const sums = reinterpret_cast<float*>(stage_smem + 2 * kStageU4);
+    const u32 sums = stage_smem + 2 * kStageBytes;
     for (int grp = 0; grp < groups; ++grp) {
-      uint4* buf = parity_buf(grp);
+      const u32 buf = parity_buf(grp);
       cp_async_wait<0>();
       __syncthreads();  // group grp visible; group grp - 1's MMAs done with its buffer, its sums visible
       if (grp + 1 < groups) issue_group_loads(a, parity_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
-      if (grp > 0) reduce_group(a, sums, gram_sums[0], group_first(grp - 1), end, tile);
-      stage_group(a, buf, group_first(grp), end, tile);
+      if (grp > 0) reduce_group(a, sums, gram_smem, group_first(grp - 1), end, tile);
+      stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, buf, group_first(grp), end, tile);
       __syncthreads();  // group grp staged; the reduce is done reading sums and gram_sums
-      group_gram<NS>(buf, gram_sums[0], warp, lane);
+      group_gram<NS>(buf, gram_smem, warp, lane);
       group_projection<NS, FN_SMEM>(buf, b, stream, quarter, lane, acc);
       store_projection(sums, acc, warp, lane);
     }
     if (groups > 0) {
       __syncthreads();
-      reduce_group(a, sums, gram_sums[0], group_first(groups - 1), end, tile);
+      reduce_group(a, sums, gram_smem, group_first(groups - 1), end, tile);
     }
   } else if (stages == 2) {
     for (int grp = 0; grp < groups; ++grp) {
-      uint4* buf = parity_buf(grp);
+      const u32 buf = parity_buf(grp);
       cp_async_wait<0>();
       __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
       if (grp + 1 < groups) issue_group_loads(a, parity_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
-      stage_group(a, buf, group_first(grp), end, tile);
+      stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, buf, group_first(grp), end, tile);
       __syncthreads();
-      group_gram<NS>(buf, gram_sums[0], warp, lane);  // not aliased: its readers passed the first barrier
+      group_gram<NS>(buf, gram_smem, warp, lane);  // not aliased: its readers passed the first barrier
       group_projection<NS, FN_SMEM>(buf, b, stream, quarter, lane, acc);
       __syncthreads();  // every warp is done reading the stream region: reuse it for the sums
-      store_projection(reinterpret_cast<float*>(buf), acc, warp, lane);
+      store_projection(buf, acc, warp, lane);
       __syncthreads();
-      reduce_group(a, reinterpret_cast<const float*>(buf), gram_sums[0], group_first(grp), end, tile);
+      reduce_group(a, buf, gram_smem, group_first(grp), end, tile);
     }
   } else {
-    float* const sums = reinterpret_cast<float*>(stage_smem + stages * kStageU4);  // [parity][warp][token][mix]
-    constexpr int kSumsFloats = partial_sums_bytes(NS) / 4;
+    const u32 sums = stage_smem + stages * kStageBytes;  // [parity][warp][token][mix]
+    constexpr u32 kSumsBytes = partial_sums_bytes(NS);
+    constexpr u32 kGramBytes = sizeof(GramSums);
     const bool mma_first = (warp / 4) % 2 == 1;
     cp_async_wait_pending(stages - 2);
     __syncthreads();  // group 0 visible
-    stage_group(a, group_buf(0), group_first(0), end, tile);
+    stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, group_buf(0), group_first(0), end, tile);
     cp_async_wait_pending(stages - 3);
     __syncthreads();  // group 0 staged, group 1 visible
     for (int grp = 0; grp < groups; ++grp) {
@@ -692,22 +718,23 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
       if (next < groups) issue_group_loads(a, group_buf(next), group_first(next), end, tile);
       cp_async_commit();
       if (grp > 0)
-        reduce_group(a, sums + ((grp - 1) % 2) * kSumsFloats, gram_sums[(grp - 1) % 2], group_first(grp - 1), end, tile);
+        reduce_group(a, sums + ((grp - 1) % 2) * kSumsBytes, gram_smem + ((grp - 1) % 2) * kGramBytes, group_first(grp - 1),
+                     end, tile);
       for (int step = 0; step < 2; ++step) {
         if ((step == 0) == mma_first) {
-          group_gram<NS>(group_buf(grp), gram_sums[grp % 2], warp, lane);
+          group_gram<NS>(group_buf(grp), gram_smem + (grp % 2) * kGramBytes, warp, lane);
           group_projection<NS, FN_SMEM>(group_buf(grp), b, stream, quarter, lane, acc);
-          store_projection(sums + (grp % 2) * kSumsFloats, acc, warp, lane);
+          store_projection(sums + (grp % 2) * kSumsBytes, acc, warp, lane);
         } else if (grp + 1 < groups) {
-          stage_group(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
+          stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
         }
       }
       cp_async_wait_pending(stages - 3);  // group grp + 2 landed
       __syncthreads();
     }
     if (groups > 0)
-      reduce_group(a, sums + ((groups - 1) % 2) * kSumsFloats, gram_sums[(groups - 1) % 2], group_first(groups - 1),
-                   end, tile);
+      reduce_group(a, sums + ((groups - 1) % 2) * kSumsBytes, gram_smem + ((groups - 1) % 2) * kGramBytes,
+                   group_first(groups - 1), end, tile);
   }
   // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
   // trigger at entry, graph replays of run_post_pre at T = 128 were 18-36% slower than plain
@@ -776,19 +803,19 @@ SK_HOST_DEVICE constexpr int pre_projection_smem_bytes(int warps, int stages) {
 // One group's x chunks (16 tokens x 32 chunks of the tile) into a warp's buffer, in the swizzled
 // layout of sk_mhc_chunk_index(1, ...); tokens >= end zero-filled. Lane = chunk.
 template <int HIDDEN>
-SK_DEVICE void issue_projection_loads(const bf16* __restrict__ x, uint4* buf, i64 group_first, i64 end, int tile,
-                                      int lane) {
+SK_DEVICE void issue_projection_loads(const bf16* __restrict__ x, u32 buf, i64 group_first, i64 end, int tile, int lane) {
   // One 64-bit base per group; the rows are constant offsets from it (a zero-filled row reads nothing).
   const bf16* rows = x + group_first * HIDDEN + static_cast<i64>(tile) * kTileH + lane * kBf16PerVector;
   if (group_first + kGroup <= end) {  // a whole group (all but a CTA's last): constant row offsets, no tests
 #pragma unroll
-    for (int token = 0; token < kGroup; ++token) cp_async_16(buf + sk_mhc_chunk_index(1, token, 0, lane), rows + token * HIDDEN);
+    for (int token = 0; token < kGroup; ++token)
+      cp_async_16_at(buf + 16 * sk_mhc_chunk_index(1, token, 0, lane), rows + token * HIDDEN);
     return;
   }
 #pragma unroll
   for (int token = 0; token < kGroup; ++token) {
     const bool valid = group_first + token < end;
-    cp_async_16(buf + sk_mhc_chunk_index(1, token, 0, lane), valid ? rows + token * HIDDEN : rows, valid ? 16 : 0);
+    cp_async_16_at(buf + 16 * sk_mhc_chunk_index(1, token, 0, lane), valid ? rows + token * HIDDEN : rows, valid ? 16 : 0);
   }
 }
 
@@ -804,19 +831,17 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
   extern __shared__ uint4 projection_smem_raw[];
   // From a 128-byte boundary (kPartialSmemAlign bytes of slack in the launch): the A rows step by
   // XOR between k-steps (sk_mhc_kstep_offset).
-  uint4* const projection_smem =
-      projection_smem_raw + ((kPartialSmemAlign - smem_addr(projection_smem_raw) % kPartialSmemAlign) % kPartialSmemAlign) / 16;
+  const u32 projection_smem = align_smem_address(smem_addr(projection_smem_raw));
   static_assert(pre_projection_fn_bytes() % kPartialSmemAlign == 0 && pre_projection_group_bytes() % kPartialSmemAlign == 0,
                 "every x buffer 128-byte aligned");
-  u32* const fn_words = reinterpret_cast<u32*>(projection_smem);
+  const u32 fn_words = projection_smem;  // [k-step][lane][kFnLaneWords] u32
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int tile = static_cast<int>(blockIdx.y);
   const i64 first = static_cast<i64>(blockIdx.x) * tokens_per_cta;
   const i64 end = min_i64(first + tokens_per_cta, num_tokens);
   const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
-  uint4* const warp_bufs =
-      projection_smem + pre_projection_fn_bytes() / 16 + warp * STAGES * (pre_projection_group_bytes() / 16);
-  auto buf_of = [&](int i) { return warp_bufs + (i % STAGES) * (pre_projection_group_bytes() / 16); };
+  const u32 warp_bufs = projection_smem + pre_projection_fn_bytes() + warp * STAGES * pre_projection_group_bytes();
+  auto buf_of = [&](int i) { return warp_bufs + (i % STAGES) * pre_projection_group_bytes(); };
 
   // This warp's first group in flight before the fill.
   int grp = warp;
@@ -852,15 +877,15 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
       u16 lo[kFnTerms], hi[kFnTerms];
       split_bf16x3(values[2 * pair], lo);
       split_bf16x3(values[2 * pair + 1], hi);
-      u32* dst = fn_words + (ks * kWarpSize + l) * kFnLaneWords + (mix / 8) * kFnTerms * 2 + half;
+      const u32 dst = fn_words + 4 * ((ks * kWarpSize + l) * kFnLaneWords + (mix / 8) * kFnTerms * 2 + half);
 #pragma unroll
       for (int term = 0; term < kFnTerms; ++term)
-        dst[term * 2] = static_cast<u32>(lo[term]) | (static_cast<u32>(hi[term]) << 16);
+        sts_u32(dst + 8 * term, static_cast<u32>(lo[term]) | (static_cast<u32>(hi[term]) << 16));
     }
   }
   __syncthreads();  // the only CTA-wide barrier
 
-  const u32* const lane_fn = fn_words + lane * kFnLaneWords;
+  const u32 lane_fn = fn_words + 4 * lane * kFnLaneWords;
   for (int i = 0; grp < groups; ++i, grp += WARPS) {
     const int next = grp + WARPS;
     if constexpr (STAGES == 2) {
@@ -871,13 +896,13 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
       cp_async_wait<0>();
     }
     __syncwarp();
-    const uint4* buf = buf_of(i);
+    const u32 buf = buf_of(i);
     // A row of k-step ks: the quarter ks / 4 is 128 bytes a step (above the swizzled bits), the
     // k-step within it one XOR (sk_mhc_kstep_offset): four addresses, then immediate offsets.
     const int a_off = 16 * sk_mhc_chunk_index(1, sk_mhc_a_row(lane), 0, sk_mhc_a_chunk(0, 0, lane));
     u32 a_row_at[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) a_row_at[k] = smem_addr(buf) + static_cast<u32>(sk_mhc_kstep_offset(a_off, k));
+    for (int k = 0; k < 4; ++k) a_row_at[k] = buf + static_cast<u32>(sk_mhc_kstep_offset(a_off, k));
     float acc[kFnTerms][kNTiles][4], gram_acc[1][2][4];  // gram_acc[0][j]: tokens 8j..8j+7 as B
     zero_fragments(acc);
     zero_fragments(gram_acc);
@@ -886,9 +911,9 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
     for (int ks = 0; ks < kTileKSteps; ++ks) {
       u32 a[4];
       ldmatrix_x4_at(a, a_row_at[ks % 4] + 128u * (ks / 4));
-      const uint4* w = reinterpret_cast<const uint4*>(lane_fn + ks * kWarpSize * kFnLaneWords);
-      const uint4 w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-      const uint2 w4 = *reinterpret_cast<const uint2*>(w + 4);
+      const u32 w = lane_fn + 4 * ks * kWarpSize * kFnLaneWords;
+      const uint4 w0 = lds_16B(w), w1 = lds_16B(w + 16), w2 = lds_16B(w + 32), w3 = lds_16B(w + 48);
+      const uint2 w4 = lds_8B(w + 64);
       const u32 words[18] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w, w2.x,
                              w2.y, w2.z, w2.w, w3.x, w3.y, w3.z, w3.w, w4.x, w4.y};
 #pragma unroll
