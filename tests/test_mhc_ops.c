@@ -210,11 +210,13 @@ Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setu
     sk_binding b;
     bind_pre_offline(p, cases[i].t, h, &b);
     cr_assert_eq(b.dim[6], cases[i].split, "SPARKINFER_MHC_SPLIT_MIN_T=%s T=%lld", cases[i].knob, (long long)cases[i].t);
-    /* Tokens per partial CTA: whole rounds of the projection kernel's 4 warps (sm_90a) when split,
-     * 16-token groups otherwise; at most 16 of either. */
-    const int64_t step = b.dim[6] ? 64 : 16;
-    cr_assert(b.dim[3] >= step && b.dim[3] <= 16 * step && b.dim[3] % step == 0, "T=%lld: %lld tokens per CTA",
-              (long long)cases[i].t, (long long)b.dim[3]);
+    /* Work per CTA: tokens, whole rounds of the projection kernel's 4 warps (sm_90a), at most 16,
+     * when split; else groups of the tensor-core partial (partial_ranges_fill_one_wave). */
+    if (b.dim[6])
+      cr_assert(b.dim[3] >= 64 && b.dim[3] <= 16 * 64 && b.dim[3] % 64 == 0, "T=%lld: %lld tokens per CTA",
+                (long long)cases[i].t, (long long)b.dim[3]);
+    else
+      cr_assert_geq(b.dim[3], 1, "T=%lld: %lld groups per CTA", (long long)cases[i].t, (long long)b.dim[3]);
     sk_mhc_plan_destroy(p);
   }
   unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
@@ -236,6 +238,44 @@ Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setu
   bind_pre_offline(p, 4096, h, &b);
   cr_assert_eq(b.dim[6], 1, "T = 4096 takes the split schedule by default");
   sk_mhc_plan_destroy(p);
+}
+
+/* The tensor-core partial kernels take the tile-major items (tile, group of 16 tokens) in ranges
+ * of groups_per_cta (binding dim[3]): the model's ranges fill at most one wave of the resident
+ * CTA slots (offline: 128 SMs x 4 pre CTAs) and are no longer than the nearest range that never
+ * crosses a tile; SPARKINFER_MHC_TOKENS_PER_CTA sets them (16 tokens a group). */
+Test(mhc_ops, partial_ranges_fill_one_wave, .init = setup, .fini = teardown) {
+  setenv("SPARKINFER_MHC_SPLIT_MIN_T", "0", 1);
+  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "0", 1);
+  const int64_t hs[] = {256, 2048, 7168}, ts[] = {1, 17, 130, 1024, 4096, 4133, 8192}, slots = 128 * 4;
+  for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+    sk_mhc_caps c = {hs[i], 8192, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
+    sk_mhc_plan *p;
+    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
+    for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) {
+      sk_binding b;
+      bind_pre_offline(p, ts[j], hs[i], &b);
+      const int64_t per_tile = (ts[j] + 15) / 16, items = per_tile * (hs[i] / 256), gpc = b.dim[3],
+                    one_wave = (items + slots - 1) / slots, tiled = (one_wave + per_tile - 1) / per_tile * per_tile;
+      cr_assert(gpc >= one_wave && gpc <= (tiled > per_tile ? tiled : per_tile),
+                "H=%lld T=%lld: %lld groups per CTA (one wave: %lld, %lld groups a tile)", (long long)hs[i],
+                (long long)ts[j], (long long)gpc, (long long)one_wave, (long long)per_tile);
+      cr_assert_leq((items + gpc - 1) / gpc, slots, "H=%lld T=%lld: more CTAs than slots", (long long)hs[i],
+                    (long long)ts[j]);
+    }
+    sk_mhc_plan_destroy(p);
+  }
+  setenv("SPARKINFER_MHC_TOKENS_PER_CTA", "48", 1);
+  sk_mhc_caps c = {2048, 8192, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
+  sk_mhc_plan *p;
+  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
+  sk_binding b;
+  bind_pre_offline(p, 4096, 2048, &b);
+  cr_assert_eq(b.dim[3], 3, "SPARKINFER_MHC_TOKENS_PER_CTA=48: 3 groups a CTA, not %lld", (long long)b.dim[3]);
+  sk_mhc_plan_destroy(p);
+  unsetenv("SPARKINFER_MHC_TOKENS_PER_CTA");
+  unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
+  unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
 }
 
 /* SPARKINFER_MHC_PROJECTION_WARPS / _STAGES (the projection kernel's shape) are validated at plan

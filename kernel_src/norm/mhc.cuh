@@ -9,7 +9,7 @@
 //   Scalars: the eps values as fp32, sinkhorn_iters as int (host rejects < 1; the kernels treat < 1
 //   as 1). Dynamic shared memory only in the tensor-core partial kernels (2; elsewhere pass 0).
 //   Deterministic: no floating-point atomics, fixed-order reductions; bits do not depend on
-//   tokens_per_cta, num_stages or hidden_per_cta, but post / comb / y do depend on which partial
+//   groups_per_cta / tokens_per_cta, num_stages or hidden_per_cta, but post / comb / y do depend on which partial
 //   kernel (2 or 2b; 2c computes exactly 2b -> 3) ran.
 //
 // Scratch: partials fp32 [T_max][S][36] (kPartialStride), T_max * S * 36 * 4 bytes; the partial
@@ -40,7 +40,7 @@
 //        const float* fn_pre,     // [24, H]  = sum over the 4 stream blocks of fn [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (4 copies of x)
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..35 (34, 35 zero)
-//        int num_tokens, int tokens_per_cta, int num_stages);
+//        int num_tokens, int groups_per_cta, int num_stages);
 //    template <int HIDDEN, int FN_SMEM> __global__ void post_pre_partial_kernel(
 //        const bf16* x,           // [T, H]
 //        const bf16* residual,    // [T, 4, H]
@@ -49,11 +49,14 @@
 //        const float* fn,         // [24, 4H]
 //        bf16* residual_out,      // [T, 4, H]   written: all (the mix-back)
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..35 (34, 35 zero)
-//        int num_tokens, int tokens_per_cta, int num_stages);
+//        int num_tokens, int groups_per_cta, int num_stages);
 //    Tensor cores (mma.sync m16n8k16 bf16, sm_80+): tokens in groups of 16 are the M side, the
 //    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per CTA).
-//    block = exactly 128 threads (pre) / 512 threads (post_pre); grid = (ceil(T / tokens_per_cta), S, 1).
-//    tokens_per_cta: a multiple of 16 (16 .. 1024); bits do not depend on it.
+//    Work items: (tile, group of 16 tokens), numbered tile-major (item = tile * ceil(T / 16) +
+//    group); CTA c takes items [c * groups_per_cta, (c + 1) * groups_per_cta), crossing into the
+//    next tile where the range does. block = exactly 128 threads (pre) / 512 threads (post_pre);
+//    grid = (ceil(ceil(T / 16) * S / groups_per_cta), 1, 1); groups_per_cta >= 1; bits do not
+//    depend on it.
 //    num_stages in {2, 3, 4, 2 | kOwnSumsFlag}: cp.async stage buffers; 2 runs the lockstep
 //    schedule (four barriers a group), 2 | kOwnSumsFlag the same with a sums buffer of its own
 //    (two barriers), 3-4 the pipelined one (same bits all). FN_SMEM (post_pre; pre: 0) = fn terms
@@ -64,7 +67,7 @@
 //    172 / 213 KiB for 2 / 2 own sums / 3 / 4 stages (+ 128 B); above 48 KiB the host raises the
 //    kernel's max dynamic shared memory attribute. Static smem 5 KiB.
 //    Suggested: num_stages 2 (measured fastest on the H200; 3-4 need sm_90/sm_100 shared memory);
-//    tokens_per_cta from a wave model (runtime/ops/norm/mhc.c), 16 for decode.
+//    groups_per_cta from a wave model (runtime/ops/norm/mhc.c): about one range per resident CTA.
 //
 // 2b. template <int HIDDEN> __global__ void pre_partial_scalar_kernel(
 //        const bf16* x, const float* fn_pre, bf16* residual_out, float* partials);   // as in 2
@@ -591,29 +594,16 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32
 //     the other half stage(i+1) first, so the tensor pipe (MMA) and the FMA pipe (mix-back)
 //     work at the same time. Sums go to two dedicated buffers (group parity); loads are issued
 //     into the buffer MMA(i-1) released, stages - 2 groups ahead of the mix-back.
+//
+// One segment of a CTA's work: tokens [first, end) of tile `tile` (first a multiple of 16), from
+// an empty pipeline to an empty one (fn fragments loaded, groups run, the last one reduced).
 template <int HIDDEN, int NS, int FN_SMEM>
-SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, int tokens_per_cta, int num_stages) {
-  static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
-  static_assert(kMaxStages - 2 <= 2, "cp_async_wait_pending covers up to 2 pending groups");
+SK_DEVICE void partial_segment(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first, i64 end, int stages,
+                               bool own_sums, u32 stage_smem, u32 gram_smem) {
   constexpr u32 kStageBytes = partial_stage_bytes(NS);
-  static_assert(4 * NS * kGroup * kMixes * 4 <= NS * kGroup * kChunks * 16, "projection sums fit the stream region");
-  extern __shared__ uint4 dynamic_smem[];
-  __shared__ GramSums gram_sums[2];  // [group parity] (the lockstep loop uses [0])
-  // Stage buffers from a 128-byte boundary (the launch adds kPartialSmemAlign bytes of slack):
-  // the MMAs step their ldmatrix rows by XOR (sk_mhc_kstep_offset), which needs it.
-  static_assert(partial_stage_bytes(NS) % kPartialSmemAlign == 0, "every stage buffer 128-byte aligned");
-  const u32 stage_smem = align_smem_address(smem_addr(dynamic_smem));
-  const u32 gram_smem = smem_addr(gram_sums);
-
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int stream = warp / 4, quarter = warp % 4;
-  const int tile = static_cast<int>(blockIdx.y);
-  const bool own_sums = (num_stages & kOwnSumsFlag) != 0;
-  num_stages &= kOwnSumsFlag - 1;
-  const int stages = num_stages < 2 ? 2 : num_stages > kMaxStages ? kMaxStages : num_stages;
-  const i64 first = static_cast<i64>(blockIdx.x) * tokens_per_cta;
-  const i64 end = min_i64(first + tokens_per_cta, num_tokens);
   const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
   // stages == 2 (the default) picks the buffer by parity, not a run-time division.
   auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageBytes; };
@@ -736,22 +726,58 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
       reduce_group(a, sums + ((groups - 1) % 2) * kSumsBytes, gram_smem + ((groups - 1) % 2) * kGramBytes,
                    group_first(groups - 1), end, tile);
   }
+  cp_async_wait<0>();  // only empty groups can be pending here
+}
+
+// A CTA's work: the items (tile, group of 16 tokens), numbered tile-major, [blockIdx.x *
+// groups_per_cta, + groups_per_cta). A range that crosses into the next tile becomes two segments
+// (each loads its tile's fn once). One balanced range per resident CTA slot loads fn once or twice
+// per CTA, where a CTA per (token block, tile) loaded it once per 8 groups: a quarter of the
+// post_pre partial's time (ninety-third run).
+template <int HIDDEN, int NS, int FN_SMEM>
+SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, int groups_per_cta, int num_stages) {
+  static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
+  static_assert(kMaxStages - 2 <= 2, "cp_async_wait_pending covers up to 2 pending groups");
+  static_assert(4 * NS * kGroup * kMixes * 4 <= NS * kGroup * kChunks * 16, "projection sums fit the stream region");
+  extern __shared__ uint4 dynamic_smem[];
+  __shared__ GramSums gram_sums[2];  // [group parity] (the lockstep loop uses [0])
+  // Stage buffers from a 128-byte boundary (the launch adds kPartialSmemAlign bytes of slack):
+  // the MMAs step their ldmatrix rows by XOR (sk_mhc_kstep_offset), which needs it.
+  static_assert(partial_stage_bytes(NS) % kPartialSmemAlign == 0, "every stage buffer 128-byte aligned");
+  const u32 stage_smem = align_smem_address(smem_addr(dynamic_smem));
+  const u32 gram_smem = smem_addr(gram_sums);
+  const bool own_sums = (num_stages & kOwnSumsFlag) != 0;
+  num_stages &= kOwnSumsFlag - 1;
+  const int stages = num_stages < 2 ? 2 : num_stages > kMaxStages ? kMaxStages : num_stages;
+
+  const i64 groups_per_tile = (static_cast<i64>(num_tokens) + kGroup - 1) / kGroup;
+  const i64 items = groups_per_tile * num_tiles(HIDDEN);
+  i64 item = static_cast<i64>(blockIdx.x) * groups_per_cta;
+  const i64 item_end = min_i64(item + groups_per_cta, items);
+  for (bool first_segment = true; item < item_end; first_segment = false) {
+    const int tile = static_cast<int>(item / groups_per_tile);
+    const i64 group = item - tile * groups_per_tile;
+    const i64 segment_groups = min_i64(item_end - item, groups_per_tile - group);
+    if (!first_segment) __syncthreads();  // the last segment's final reduce is done with shared memory
+    partial_segment<HIDDEN, NS, FN_SMEM>(a, tile, group * kGroup, min_i64((group + segment_groups) * kGroup, num_tokens),
+                                         stages, own_sums, stage_smem, gram_smem);
+    item += segment_groups;
+  }
   // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
   // trigger at entry, graph replays of run_post_pre at T = 128 were 18-36% slower than plain
   // launches; with it here 1-6% faster (H200, thirty-second to thirty-fourth runs). run_pre keeps
   // the trigger at entry: there the late one was 9-35% slower at T = 128 (both ~1% faster at
   // T = 4096).
   if (NS > 1) pdl_launch_dependents();
-  cp_async_wait<0>();  // no copy may outlive the CTA (only empty groups can be pending here)
 }
 
 template <int HIDDEN>
 __global__ void __launch_bounds__(4 * kWarpSize, 4)
     pre_partial_kernel(const bf16* __restrict__ x, const float* __restrict__ fn_pre, bf16* __restrict__ residual_out,
-                       float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
+                       float* __restrict__ partials, int num_tokens, int groups_per_cta, int num_stages) {
   pdl_enter();  // launched overlapped with the previous kernel (docs/architecture.md, Launch)
   const PartialArgs<HIDDEN, 1> a{x, nullptr, nullptr, nullptr, fn_pre, residual_out, partials};
-  partial_body<HIDDEN, 1, 0>(a, num_tokens, tokens_per_cta, num_stages);
+  partial_body<HIDDEN, 1, 0>(a, num_tokens, groups_per_cta, num_stages);
 }
 
 template <int HIDDEN, int FN_SMEM>
@@ -759,10 +785,10 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
     post_pre_partial_kernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
                             const float* __restrict__ prev_post, const float* __restrict__ prev_comb,
                             const float* __restrict__ fn, bf16* __restrict__ residual_out,
-                            float* __restrict__ partials, int num_tokens, int tokens_per_cta, int num_stages) {
+                            float* __restrict__ partials, int num_tokens, int groups_per_cta, int num_stages) {
   pdl_wait_for_previous();  // launched overlapped (docs/architecture.md, Launch); dependents: partial_body's end
   const PartialArgs<HIDDEN, kStreams> a{x, residual, prev_post, prev_comb, fn, residual_out, partials};
-  partial_body<HIDDEN, kStreams, FN_SMEM>(a, num_tokens, tokens_per_cta, num_stages);
+  partial_body<HIDDEN, kStreams, FN_SMEM>(a, num_tokens, groups_per_cta, num_stages);
 }
 
 // ---- 2d. run_pre's projection, one warp per 16-token group (prefill: the split schedule) ---------------

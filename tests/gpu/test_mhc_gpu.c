@@ -228,7 +228,8 @@ Test(gpu_mhc, forced_partial_variant_matches_reference, .init = setup, .fini = t
 /* The schedules of the tensor-core partials against the reference: lockstep (2 stages; on sm_90
  * with its own sums buffer by default, each group's reduce deferred to the next group) and
  * pipelined (3, 4), with CTAs of 1, 3 and 4 groups (sums double-buffered by group parity; the ring
- * wraps). The environment is read at plan time. */
+ * wraps; at T = 130, 9 groups a tile, ranges of 4 groups cross into the next tile, as the model's
+ * ranges do at T = 4133). The environment is read at plan time. */
 Test(gpu_mhc, partial_schedules_match_reference, .init = setup, .fini = teardown, .timeout = 600) {
   uint64_t seed = skref_test_seed("gpu mhc schedules");
   skref_rng r;

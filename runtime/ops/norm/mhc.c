@@ -374,10 +374,10 @@ static sk_status tokens_of(const sk_mhc_plan *p, const DLTensor *x, int64_t *t) 
   return SK_OK;
 }
 
-/* Launch geometry from the kernels' contract. Partial: tokens per CTA, a multiple of 16, from a
- * wave model: time ~ waves x (tokens per CTA + 16), the 16 standing for the CTA's fixed cost
- * (fn fragments, pipeline fill); resident CTAs per SM: 1 (post_pre, 512 threads x 128
- * registers), 4 (pre). Finalize: split the hidden size over several CTAs when T is small. */
+/* Launch geometry from the kernels' contract. Projection (2d): tokens per CTA, a multiple of 16,
+ * from a wave model: time ~ waves x (tokens per CTA + 16), the 16 standing for the CTA's fixed
+ * cost (its fn_pre fill, pipeline fill). Finalize: split the hidden size over several CTAs when T
+ * is small. */
 static int64_t wave_tokens_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm, int64_t step) {
   if (p->tokens_per_cta > 0) return p->tokens_per_cta;
   const int64_t s = p->caps.hidden / TILE_H,
@@ -391,10 +391,48 @@ static int64_t wave_tokens_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per
   return best;
 }
 
+/* The most segments (stretches within one tile) a CTA of the partial kernels runs when the
+ * tile-major items (tile, group) go to CTAs in ranges of groups_per_cta. */
+static int64_t max_segments(int64_t items, int64_t groups_per_tile, int64_t groups_per_cta) {
+  const int64_t bound = (groups_per_cta - 1) / groups_per_tile + 2; /* tiles a range can touch */
+  int64_t most = 1;
+  for (int64_t first = 0; first < items && most < bound; first += groups_per_cta) {
+    const int64_t last = (first + groups_per_cta < items ? first + groups_per_cta : items) - 1;
+    const int64_t segments = last / groups_per_tile - first / groups_per_tile + 1;
+    if (segments > most) most = segments;
+  }
+  return most;
+}
+
+/* Tensor-core partials (2): groups of 16 tokens per CTA over the tile-major items (tile, group).
+ * Model: time ~ waves x (2 x groups per CTA + 5 x the most segments a CTA runs), a segment
+ * costing about 2.5 groups (its fn load and pipeline fill: a quarter of the post_pre partial's
+ * time when every CTA ran 8 groups, ninety-third run). Candidates: one balanced wave, and the
+ * nearest larger ranges that never cross a tile (a divisor of the groups per tile, or a whole
+ * number of tiles). Resident CTAs per SM: 1 (post_pre, 512 threads x 128 registers), 4 (pre).
+ * The grid (items / groups per CTA) stays below 2^31. */
+static int64_t partial_groups_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm) {
+  const int64_t per_tile = sk_cdiv(t, GROUP), items = per_tile * (p->caps.hidden / TILE_H),
+                fewest = sk_cdiv(items, INT32_MAX);
+  if (p->tokens_per_cta > 0) return p->tokens_per_cta / GROUP > fewest ? p->tokens_per_cta / GROUP : fewest;
+  const int64_t slots = (int64_t)(p->sm_count > 0 ? p->sm_count : 128) * ctas_per_sm;
+  const int64_t base = sk_cdiv(items, slots) > fewest ? sk_cdiv(items, slots) : fewest;
+  int64_t aligned = base <= per_tile ? base : sk_cdiv(base, per_tile) * per_tile;
+  while (aligned < per_tile && per_tile % aligned) aligned++;
+  const int64_t candidates[3] = {base, aligned, sk_cdiv(base, per_tile) * per_tile};
+  int64_t best = base, best_cost = -1;
+  for (int i = 0; i < 3; i++) {
+    const int64_t gpc = candidates[i],
+                  cost = sk_cdiv(sk_cdiv(items, gpc), slots) * (2 * gpc + 5 * max_segments(items, per_tile, gpc));
+    if (best_cost < 0 || cost < best_cost) best = gpc, best_cost = cost;
+  }
+  return best;
+}
+
 static void geometry(const sk_mhc_plan *p, int64_t t, int entry, sk_binding *b) {
   const int64_t h = p->caps.hidden, sms = p->sm_count > 0 ? p->sm_count : 128;
   b->dim[2] = p->stages;
-  b->dim[3] = wave_tokens_per_cta(p, t, entry == ENTRY_PRE ? 4 : 1, GROUP);
+  b->dim[3] = partial_groups_per_cta(p, t, entry == ENTRY_PRE ? 4 : 1); /* the projection's: below */
   int64_t hpc = h;
   if (t < 2 * sms / (h / 1024 > 0 ? h / 1024 : 1)) {
     hpc = h % 1024 == 0 ? 1024 : h % 512 == 0 ? 512 : 256;
@@ -512,7 +550,7 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
     return sk_kernel_launch_ex(p->k[K_POST], (sk_dim3){(unsigned)sk_cdiv((int64_t)t * s, 4), 1, 1},
                                (sk_dim3){POST_THREADS, 1, 1}, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
   }
-  int tpc = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters, stages = (int)b->dim[2];
+  int work_per_cta = (int)b->dim[3], hpc = (int)b->dim[4], iters = p->caps.sinkhorn_iters, stages = (int)b->dim[2];
   float rms_eps = p->caps.rms_eps, hc_eps = p->caps.hc_eps, norm_eps = p->caps.norm_eps;
   const int pre = b->dim[0] == ENTRY_PRE;
   if (b->dim[5]) { /* decode, one launch: scalar partials + finalize (2c) */
@@ -535,17 +573,18 @@ SK_API sk_status sk_mhc_run(const sk_mhc_plan *p, const sk_binding *b, void *str
     SK_TRY(sk_kernel_launch_ex(p->k[pre ? K_PRE_PARTIAL_SCALAR : K_POST_PRE_PARTIAL_SCALAR], grid, block, 0, stream,
                                pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS));
   } else if (b->dim[6]) { /* run_pre, split: the projection; the finalize writes the copies */
-    void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[6], &t, &tpc};
-    SK_TRY(sk_kernel_launch_ex(p->k[K_PRE_PROJECTION], (sk_dim3){(unsigned)sk_cdiv(t, tpc), s, 1},
+    void *args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[6], &t, &work_per_cta}; /* tokens per CTA */
+    SK_TRY(sk_kernel_launch_ex(p->k[K_PRE_PROJECTION], (sk_dim3){(unsigned)sk_cdiv(t, work_per_cta), s, 1},
                                (sk_dim3){(unsigned)p->projection_warps * 32, 1, 1},
                                p->dynamic_smem[K_PRE_PROJECTION], stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
   } else {
-    const sk_dim3 grid = {(unsigned)sk_cdiv(t, tpc), s, 1},
+    /* groups of 16 tokens per CTA over the tile-major items (tile, group) */
+    const sk_dim3 grid = {(unsigned)sk_cdiv(sk_cdiv(t, GROUP) * s, work_per_cta), 1, 1},
                   block = {pre ? PRE_PARTIAL_THREADS : POST_PRE_PARTIAL_THREADS, 1, 1};
     const unsigned smem = p->dynamic_smem[pre ? K_PRE_PARTIAL : K_POST_PRE_PARTIAL];
-    void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
+    void *pre_args[] = {(void *)&ptr[0], (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &work_per_cta, &stages};
     void *post_pre_args[] = {(void *)&ptr[0], (void *)&ptr[1], (void *)&ptr[2], (void *)&ptr[3],
-                             (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &tpc, &stages};
+                             (void *)&ptr[4], (void *)&ptr[5], (void *)&ptr[6], &t, &work_per_cta, &stages};
     SK_TRY(sk_kernel_launch_ex(p->k[pre ? K_PRE_PARTIAL : K_POST_PRE_PARTIAL], grid, block, smem, stream,
                                pre ? pre_args : post_pre_args, SK_LAUNCH_OVERLAP_PREVIOUS));
   }
