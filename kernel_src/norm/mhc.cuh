@@ -51,12 +51,12 @@
 //        float* partials,         // scratch     written: rows [0, T) x [0, S), slots 0..35 (34, 35 zero)
 //        int num_tokens, int groups_per_cta, int num_stages);
 //    Tensor cores (mma.sync m16n8k16 bf16, sm_80+): tokens in groups of 16 are the M side, the
-//    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per CTA).
+//    24 mixes 3 n8 tiles, fn split exactly into 3 bf16 terms held in registers (loaded once per segment).
 //    Work items: (tile, group of 16 tokens), numbered tile-major (item = tile * ceil(T / 16) +
 //    group); CTA c takes items [c * groups_per_cta, (c + 1) * groups_per_cta), crossing into the
 //    next tile where the range does. block = exactly 128 threads (pre) / 512 threads (post_pre);
-//    grid = (ceil(ceil(T / 16) * S / groups_per_cta), 1, 1); groups_per_cta >= 1; bits do not
-//    depend on it.
+//    grid = (ceil(ceil(T / 16) * S / groups_per_cta), 1, 1); groups_per_cta >= 1;
+//    ceil(T / 16) * S + groups_per_cta < 2^31; bits do not depend on groups_per_cta.
 //    num_stages in {2, 3, 4, 2 | kOwnSumsFlag}: cp.async stage buffers; 2 runs the lockstep
 //    schedule (four barriers a group), 2 | kOwnSumsFlag the same with a sums buffer of its own
 //    (two barriers), 3-4 the pipelined one (same bits all). FN_SMEM (post_pre; pre: 0) = fn terms
@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(kPostThreads)
 
 // ---- 2. partials (tensor cores) ---------------------------------------------------------------------
 //
-// CTA (token block, tile): 4*NS warps (NS = streams held in smem: 1 for run_pre, 4 for post_pre).
+// CTA (a range of (tile, 16-token group) items, partial_body): 4*NS warps (NS = streams held in
+// smem: 1 for run_pre, 4 for post_pre).
 // Tokens go in groups of 16 (the M of mma.m16n8k16) through a ring of cp.async stage buffers
 // (dynamic smem). Per group:
 //   stage   post_pre: mix-back of the group's x/residual chunks in place (smem -> smem, the
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(kPostThreads)
 //           copies of x.
 //   mma     warp (s, q): projection of its 64-element slice of stream s for the 16 tokens
 //           against fn split exactly into 3 bf16 terms (hi + mid + lo, registers, loaded once
-//           per CTA): 4 k-steps x 3 n-tiles x 3 terms; plus its share of the 16 Gram units
+//           per segment): 4 k-steps x 3 n-tiles x 3 terms; plus its share of the 16 Gram units
 //           (token quad x quarter; A = 4 tokens x 4 streams, B = 2 tokens x 4 streams, the
 //           diagonal token blocks kept; products of bf16 are exact). run_pre has no Gram MMAs:
 //           its streams are copies of x, so each warp sums x^2 of 4 tokens (group_gram).
@@ -596,10 +597,14 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32
 //     into the buffer MMA(i-1) released, stages - 2 groups ahead of the mix-back.
 //
 // One segment of a CTA's work: tokens [first, end) of tile `tile` (first a multiple of 16), from
-// an empty pipeline to an empty one (fn fragments loaded, groups run, the last one reduced).
+// an empty pipeline to an empty one. segment_start issues its first stages - 1 groups and loads
+// its tile's fn fragments into b; segment_run runs the groups. Two functions so that the first
+// segment's loads go out before the loop-invariant index math the compiler hoists in front of
+// segment_run (before that split, 300 more instructions a warp ran ahead of the fn loads: ~0.5
+// us a CTA, 3-5% at T = 128; ninety-fourth run).
 template <int HIDDEN, int NS, int FN_SMEM>
-SK_DEVICE void partial_segment(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first, i64 end, int stages,
-                               bool own_sums, u32 stage_smem, u32 gram_smem) {
+SK_DEVICE void segment_start(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first, i64 end, int stages, bool own_sums,
+                             u32 stage_smem, FnFragments<FN_SMEM>& b) {
   constexpr u32 kStageBytes = partial_stage_bytes(NS);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -608,9 +613,6 @@ SK_DEVICE void partial_segment(const PartialArgs<HIDDEN, NS>& a, int tile, i64 f
   // stages == 2 (the default) picks the buffer by parity, not a run-time division.
   auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageBytes; };
   auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
-  // The 2-stage loops' buffers by parity, spelled out: through group_buf the compiler kept a
-  // run-time division by `stages` in every iteration (Nsight Compute, seventy-fifth run).
-  auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageBytes; };
 
   // Prologue: the first stages - 1 groups in flight (one commit per slot, empty or not, so the
   // group count that wait_group sees is uniform).
@@ -619,10 +621,9 @@ SK_DEVICE void partial_segment(const PartialArgs<HIDDEN, NS>& a, int tile, i64 f
     cp_async_commit();
   }
 
-  // fn slice of this warp, split into 3 bf16 terms, for every token of the CTA:
+  // fn slice of this warp, split into 3 bf16 terms, for every token of the segment:
   // b[term][ks][nt][half] = the pair fn[mix][col], fn[mix][col + 1] of sk_mhc_b_col / sk_mhc_b_mix.
   static_assert(FN_SMEM >= 0 && FN_SMEM <= kFnTerms, "0..3 fn terms in shared memory");
-  FnFragments<FN_SMEM> b;
   // This warp's slice of the fn-term region (after the stages and sums).
   const u32 fn_smem = stage_smem + partial_smem_bytes(NS, stages, own_sums && stages == 2) +
                       8 * warp * FN_SMEM * kWarpKSteps * kNTiles * kWarpSize;
@@ -654,6 +655,22 @@ SK_DEVICE void partial_segment(const PartialArgs<HIDDEN, NS>& a, int tile, i64 f
         }
   }
   if (FN_SMEM > 0) __syncwarp();  // the warp's own slice: written and read by its lanes only
+}
+
+template <int HIDDEN, int NS, int FN_SMEM>
+SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first, i64 end, int stages, bool own_sums,
+                           u32 stage_smem, u32 gram_smem, const FnFragments<FN_SMEM>& b) {
+  constexpr u32 kStageBytes = partial_stage_bytes(NS);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int stream = warp / 4, quarter = warp % 4;
+  const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
+  // stages == 2 (the default) picks the buffer by parity, not a run-time division.
+  auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageBytes; };
+  auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
+  // The 2-stage loops' buffers by parity, spelled out: through group_buf the compiler kept a
+  // run-time division by `stages` in every iteration (Nsight Compute, seventy-fifth run).
+  auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageBytes; };
 
   float acc[kNTiles][4];
   if (stages == 2 && own_sums) {
@@ -750,18 +767,30 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   num_stages &= kOwnSumsFlag - 1;
   const int stages = num_stages < 2 ? 2 : num_stages > kMaxStages ? kMaxStages : num_stages;
 
-  const i64 groups_per_tile = (static_cast<i64>(num_tokens) + kGroup - 1) / kGroup;
-  const i64 items = groups_per_tile * num_tiles(HIDDEN);
-  i64 item = static_cast<i64>(blockIdx.x) * groups_per_cta;
-  const i64 item_end = min_i64(item + groups_per_cta, items);
-  for (bool first_segment = true; item < item_end; first_segment = false) {
-    const int tile = static_cast<int>(item / groups_per_tile);
-    const i64 group = item - tile * groups_per_tile;
-    const i64 segment_groups = min_i64(item_end - item, groups_per_tile - group);
-    if (!first_segment) __syncthreads();  // the last segment's final reduce is done with shared memory
-    partial_segment<HIDDEN, NS, FN_SMEM>(a, tile, group * kGroup, min_i64((group + segment_groups) * kGroup, num_tokens),
-                                         stages, own_sums, stage_smem, gram_smem);
-    item += segment_groups;
+  // 32-bit item math: the contract keeps ceil(T / 16) * S below 2^31 (T * H < 2^43; the streams
+  // alone would be 64 TiB), and 64-bit math here delayed every CTA's first loads (~0.5 us).
+  const u32 groups_per_tile = (static_cast<u32>(num_tokens) + kGroup - 1) / kGroup;
+  const u32 items = groups_per_tile * num_tiles(HIDDEN);
+  u32 item = blockIdx.x * static_cast<u32>(groups_per_cta);
+  const u32 item_end = min(item + static_cast<u32>(groups_per_cta), items);
+  if (item >= item_end) return;
+  FnFragments<FN_SMEM> b;
+  u32 tile, segment_end;
+  i64 first, end;
+  auto segment_at = [&](u32 at) {
+    tile = at / groups_per_tile;
+    segment_end = min(item_end, (tile + 1) * groups_per_tile);
+    first = static_cast<i64>(at - tile * groups_per_tile) * kGroup;
+    end = min_i64(first + static_cast<i64>(segment_end - at) * kGroup, num_tokens);
+  };
+  segment_at(item);
+  segment_start<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, b);
+  for (;;) {
+    segment_run<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, gram_smem, b);
+    if (segment_end >= item_end) break;
+    __syncthreads();  // the last segment's final reduce is done with shared memory
+    segment_at(segment_end);
+    segment_start<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, b);
   }
   // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
   // trigger at entry, graph replays of run_post_pre at T = 128 were 18-36% slower than plain
