@@ -767,8 +767,9 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   num_stages &= kOwnSumsFlag - 1;
   const int stages = num_stages < 2 ? 2 : num_stages > kMaxStages ? kMaxStages : num_stages;
 
-  // 32-bit item math: the contract keeps ceil(T / 16) * S below 2^31 (T * H < 2^43; the streams
-  // alone would be 64 TiB), and 64-bit math here delayed every CTA's first loads (~0.5 us).
+  // 32-bit item math: the contract keeps ceil(T / 16) * S below 2^31 (the host's 2^40-byte cap on
+  // the partials scratch keeps it below 2^29), and 64-bit math here delayed every CTA's first
+  // loads.
   const u32 groups_per_tile = (static_cast<u32>(num_tokens) + kGroup - 1) / kGroup;
   const u32 items = groups_per_tile * num_tiles(HIDDEN);
   u32 item = blockIdx.x * static_cast<u32>(groups_per_cta);
