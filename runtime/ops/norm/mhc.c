@@ -407,21 +407,20 @@ static int64_t max_segments(int64_t items, int64_t groups_per_tile, int64_t grou
 /* Tensor-core partials (2): groups of 16 tokens per CTA over the tile-major items (tile, group).
  * Model: time ~ waves x (2 x groups per CTA + 5 x the most segments a CTA runs), a segment
  * costing about 2.5 groups (its fn load and pipeline fill: a quarter of the post_pre partial's
- * time when every CTA ran 8 groups, ninety-third run). Candidates: one balanced wave, and the
- * nearest larger ranges that never cross a tile (a divisor of the groups per tile, or a whole
- * number of tiles). Resident CTAs per SM: 1 (post_pre, 512 threads x 128 registers), 4 (pre).
- * The grid (items / groups per CTA) stays below 2^31. */
+ * time when every CTA ran 8 groups, ninety-third run). Candidates: one balanced wave (`base`
+ * groups), base + 1 and base + 2 (a range that never crosses a tile beats a crossing one only
+ * within 2.5 groups), and whole tiles. Resident CTAs per SM: 1 (post_pre, 512 threads x 128
+ * registers), 4 (pre). A few hundred steps at most (max_segments stops at its bound). The grid
+ * (items / groups per CTA) stays below 2^31. */
 static int64_t partial_groups_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm) {
   const int64_t per_tile = sk_cdiv(t, GROUP), items = per_tile * (p->caps.hidden / TILE_H),
                 fewest = sk_cdiv(items, INT32_MAX);
   if (p->tokens_per_cta > 0) return p->tokens_per_cta / GROUP > fewest ? p->tokens_per_cta / GROUP : fewest;
   const int64_t slots = (int64_t)(p->sm_count > 0 ? p->sm_count : 128) * ctas_per_sm;
   const int64_t base = sk_cdiv(items, slots) > fewest ? sk_cdiv(items, slots) : fewest;
-  int64_t aligned = base <= per_tile ? base : sk_cdiv(base, per_tile) * per_tile;
-  while (aligned < per_tile && per_tile % aligned) aligned++;
-  const int64_t candidates[3] = {base, aligned, sk_cdiv(base, per_tile) * per_tile};
+  const int64_t candidates[4] = {base, base + 1, base + 2, sk_cdiv(base, per_tile) * per_tile};
   int64_t best = base, best_cost = -1;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     const int64_t gpc = candidates[i],
                   cost = sk_cdiv(sk_cdiv(items, gpc), slots) * (2 * gpc + 5 * max_segments(items, per_tile, gpc));
     if (best_cost < 0 || cost < best_cost) best = gpc, best_cost = cost;
