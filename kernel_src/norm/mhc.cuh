@@ -602,32 +602,22 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32
 // segment's loads go out before the loop-invariant index math the compiler hoists in front of
 // segment_run (before that split, 300 more instructions a warp ran ahead of the fn loads: ~0.5
 // us a CTA, 3-5% at T = 128; ninety-fourth run).
-// A segment's place: tokens [first, end) of tile `tile`, its stage buffers and schedule.
-template <int NS>
-struct PartialSegment {
-  int tile;
-  i64 first, end;
-  int stages;  // 2..4
-  bool own_sums;
-  u32 stage_smem;
-  SK_DEVICE int groups() const { return static_cast<int>((end - first + kGroup - 1) / kGroup); }
-  SK_DEVICE i64 group_first(int g) const { return first + static_cast<i64>(g) * kGroup; }
-  // stages == 2 (the default) picks the buffer by parity, not a run-time division.
-  SK_DEVICE u32 buf(int g) const { return stage_smem + (stages == 2 ? g & 1 : g % stages) * partial_stage_bytes(NS); }
-  // The 2-stage loops' buffers by parity, spelled out: through buf() the compiler kept a run-time
-  // division by `stages` in every iteration (Nsight Compute, seventy-fifth run).
-  SK_DEVICE u32 parity_buf(int g) const { return stage_smem + (g & 1) * partial_stage_bytes(NS); }
-};
-
 template <int HIDDEN, int NS, int FN_SMEM>
-SK_DEVICE void segment_start(const PartialArgs<HIDDEN, NS>& a, const PartialSegment<NS>& seg, FnFragments<FN_SMEM>& b) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int stream = warp / 4, quarter = warp % 4, tile = seg.tile, groups = seg.groups();
+SK_DEVICE void segment_start(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first, i64 end, int stages, bool own_sums,
+                             u32 stage_smem, FnFragments<FN_SMEM>& b) {
+  constexpr u32 kStageBytes = partial_stage_bytes(NS);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int stream = warp / 4, quarter = warp % 4;
+  const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
+  // stages == 2 (the default) picks the buffer by parity, not a run-time division.
+  auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageBytes; };
+  auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
 
   // Prologue: the first stages - 1 groups in flight (one commit per slot, empty or not, so the
   // group count that wait_group sees is uniform).
-  for (int p = 0; p < seg.stages - 1; ++p) {
-    if (p < groups) issue_group_loads(a, seg.buf(p), seg.group_first(p), seg.end, tile);
+  for (int p = 0; p < stages - 1; ++p) {
+    if (p < groups) issue_group_loads(a, group_buf(p), group_first(p), end, tile);
     cp_async_commit();
   }
 
@@ -635,7 +625,7 @@ SK_DEVICE void segment_start(const PartialArgs<HIDDEN, NS>& a, const PartialSegm
   // b[term][ks][nt][half] = the pair fn[mix][col], fn[mix][col + 1] of sk_mhc_b_col / sk_mhc_b_mix.
   static_assert(FN_SMEM >= 0 && FN_SMEM <= kFnTerms, "0..3 fn terms in shared memory");
   // This warp's slice of the fn-term region (after the stages and sums).
-  const u32 fn_smem = seg.stage_smem + partial_smem_bytes(NS, seg.stages, seg.own_sums && seg.stages == 2) +
+  const u32 fn_smem = stage_smem + partial_smem_bytes(NS, stages, own_sums && stages == 2) +
                       8 * warp * FN_SMEM * kWarpKSteps * kNTiles * kWarpSize;
   b.smem = fn_smem;
   {
@@ -668,27 +658,33 @@ SK_DEVICE void segment_start(const PartialArgs<HIDDEN, NS>& a, const PartialSegm
 }
 
 template <int HIDDEN, int NS, int FN_SMEM>
-SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, const PartialSegment<NS>& seg, u32 gram_smem,
-                           const FnFragments<FN_SMEM>& b) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int stream = warp / 4, quarter = warp % 4, tile = seg.tile, groups = seg.groups(), stages = seg.stages;
-  const i64 end = seg.end;
-  const u32 stage_smem = seg.stage_smem;
+SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first, i64 end, int stages, bool own_sums,
+                           u32 stage_smem, u32 gram_smem, const FnFragments<FN_SMEM>& b) {
   constexpr u32 kStageBytes = partial_stage_bytes(NS);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int stream = warp / 4, quarter = warp % 4;
+  const int groups = static_cast<int>((end - first + kGroup - 1) / kGroup);
+  // stages == 2 (the default) picks the buffer by parity, not a run-time division.
+  auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageBytes; };
+  auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
+  // The 2-stage loops' buffers by parity, spelled out: through group_buf the compiler kept a
+  // run-time division by `stages` in every iteration (Nsight Compute, seventy-fifth run).
+  auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageBytes; };
 
   float acc[kNTiles][4];
-  if (stages == 2 && seg.own_sums) {
+  if (stages == 2 && own_sums) {
     // Two barriers a group: group g's reduce runs after the first barrier of group g + 1, next to
     // its mix-back, from a sums buffer of its own (the stream region is being refilled by then).
     const u32 sums = stage_smem + 2 * kStageBytes;
     for (int grp = 0; grp < groups; ++grp) {
-      const u32 buf = seg.parity_buf(grp);
+      const u32 buf = parity_buf(grp);
       cp_async_wait<0>();
       __syncthreads();  // group grp visible; group grp - 1's MMAs done with its buffer, its sums visible
-      if (grp + 1 < groups) issue_group_loads(a, seg.parity_buf(grp + 1), seg.group_first(grp + 1), end, tile);
+      if (grp + 1 < groups) issue_group_loads(a, parity_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
-      if (grp > 0) reduce_group(a, sums, gram_smem, seg.group_first(grp - 1), end, tile);
-      stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, buf, seg.group_first(grp), end, tile);
+      if (grp > 0) reduce_group(a, sums, gram_smem, group_first(grp - 1), end, tile);
+      stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, buf, group_first(grp), end, tile);
       __syncthreads();  // group grp staged; the reduce is done reading sums and gram_sums
       group_gram<NS>(buf, gram_smem, warp, lane);
       group_projection<NS, FN_SMEM>(buf, b, stream, quarter, lane, acc);
@@ -696,23 +692,23 @@ SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, const PartialSegmen
     }
     if (groups > 0) {
       __syncthreads();
-      reduce_group(a, sums, gram_smem, seg.group_first(groups - 1), end, tile);
+      reduce_group(a, sums, gram_smem, group_first(groups - 1), end, tile);
     }
   } else if (stages == 2) {
     for (int grp = 0; grp < groups; ++grp) {
-      const u32 buf = seg.parity_buf(grp);
+      const u32 buf = parity_buf(grp);
       cp_async_wait<0>();
       __syncthreads();  // group grp visible to all; everyone is done with the previous iteration
-      if (grp + 1 < groups) issue_group_loads(a, seg.parity_buf(grp + 1), seg.group_first(grp + 1), end, tile);
+      if (grp + 1 < groups) issue_group_loads(a, parity_buf(grp + 1), group_first(grp + 1), end, tile);
       cp_async_commit();
-      stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, buf, seg.group_first(grp), end, tile);
+      stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, buf, group_first(grp), end, tile);
       __syncthreads();
       group_gram<NS>(buf, gram_smem, warp, lane);  // not aliased: its readers passed the first barrier
       group_projection<NS, FN_SMEM>(buf, b, stream, quarter, lane, acc);
       __syncthreads();  // every warp is done reading the stream region: reuse it for the sums
       store_projection(buf, acc, warp, lane);
       __syncthreads();
-      reduce_group(a, buf, gram_smem, seg.group_first(grp), end, tile);
+      reduce_group(a, buf, gram_smem, group_first(grp), end, tile);
     }
   } else {
     const u32 sums = stage_smem + stages * kStageBytes;  // [parity][warp][token][mix]
@@ -721,23 +717,23 @@ SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, const PartialSegmen
     const bool mma_first = (warp / 4) % 2 == 1;
     cp_async_wait_pending(stages - 2);
     __syncthreads();  // group 0 visible
-    stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, seg.buf(0), seg.group_first(0), end, tile);
+    stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, group_buf(0), group_first(0), end, tile);
     cp_async_wait_pending(stages - 3);
     __syncthreads();  // group 0 staged, group 1 visible
     for (int grp = 0; grp < groups; ++grp) {
       const int next = grp + stages - 1;  // into the buffer MMA(grp - 1) released
-      if (next < groups) issue_group_loads(a, seg.buf(next), seg.group_first(next), end, tile);
+      if (next < groups) issue_group_loads(a, group_buf(next), group_first(next), end, tile);
       cp_async_commit();
       if (grp > 0)
-        reduce_group(a, sums + ((grp - 1) % 2) * kSumsBytes, gram_smem + ((grp - 1) % 2) * kGramBytes, seg.group_first(grp - 1),
+        reduce_group(a, sums + ((grp - 1) % 2) * kSumsBytes, gram_smem + ((grp - 1) % 2) * kGramBytes, group_first(grp - 1),
                      end, tile);
       for (int step = 0; step < 2; ++step) {
         if ((step == 0) == mma_first) {
-          group_gram<NS>(seg.buf(grp), gram_smem + (grp % 2) * kGramBytes, warp, lane);
-          group_projection<NS, FN_SMEM>(seg.buf(grp), b, stream, quarter, lane, acc);
+          group_gram<NS>(group_buf(grp), gram_smem + (grp % 2) * kGramBytes, warp, lane);
+          group_projection<NS, FN_SMEM>(group_buf(grp), b, stream, quarter, lane, acc);
           store_projection(sums + (grp % 2) * kSumsBytes, acc, warp, lane);
         } else if (grp + 1 < groups) {
-          stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, seg.buf(grp + 1), seg.group_first(grp + 1), end, tile);
+          stage_group<HIDDEN, NS, (FN_SMEM > 0)>(a, group_buf(grp + 1), group_first(grp + 1), end, tile);
         }
       }
       cp_async_wait_pending(stages - 3);  // group grp + 2 landed
@@ -745,7 +741,7 @@ SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, const PartialSegmen
     }
     if (groups > 0)
       reduce_group(a, sums + ((groups - 1) % 2) * kSumsBytes, gram_smem + ((groups - 1) % 2) * kGramBytes,
-                   seg.group_first(groups - 1), end, tile);
+                   group_first(groups - 1), end, tile);
   }
   cp_async_wait<0>();  // only empty groups can be pending here
 }
@@ -780,23 +776,22 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
   const u32 item_end = min(item + static_cast<u32>(groups_per_cta), items);
   if (item >= item_end) return;
   FnFragments<FN_SMEM> b;
-  PartialSegment<NS> seg{0, 0, 0, stages, own_sums, stage_smem};
-  u32 segment_end;
+  u32 tile, segment_end;
+  i64 first, end;
   auto segment_at = [&](u32 at) {
-    const u32 tile = at / groups_per_tile;
+    tile = at / groups_per_tile;
     segment_end = min(item_end, (tile + 1) * groups_per_tile);
-    seg.tile = static_cast<int>(tile);
-    seg.first = static_cast<i64>(at - tile * groups_per_tile) * kGroup;
-    seg.end = min_i64(seg.first + static_cast<i64>(segment_end - at) * kGroup, num_tokens);
+    first = static_cast<i64>(at - tile * groups_per_tile) * kGroup;
+    end = min_i64(first + static_cast<i64>(segment_end - at) * kGroup, num_tokens);
   };
   segment_at(item);
-  segment_start<HIDDEN, NS, FN_SMEM>(a, seg, b);
+  segment_start<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, b);
   for (;;) {
-    segment_run<HIDDEN, NS, FN_SMEM>(a, seg, gram_smem, b);
+    segment_run<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, gram_smem, b);
     if (segment_end >= item_end) break;
     __syncthreads();  // the last segment's final reduce is done with shared memory
     segment_at(segment_end);
-    segment_start<HIDDEN, NS, FN_SMEM>(a, seg, b);
+    segment_start<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, b);
   }
   // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
   // trigger at entry, graph replays of run_post_pre at T = 128 were 18-36% slower than plain
