@@ -405,11 +405,12 @@ static int64_t max_segments(int64_t items, int64_t groups_per_tile, int64_t grou
 }
 
 /* Tensor-core partials (2): groups of 16 tokens per CTA over the tile-major items (tile, group).
- * Model: time ~ waves x (2 x groups per CTA + 5 x the most segments a CTA runs), a segment
- * costing about 2.5 groups (its fn load and pipeline fill: a quarter of the post_pre partial's
- * time when every CTA ran 8 groups, ninety-third run). Candidates: one balanced wave (`base`
- * groups), base + 1 and base + 2 (a range that never crosses a tile beats a crossing one only
- * within 2.5 groups), and whole tiles. Resident CTAs per SM: 1 (post_pre, 512 threads x 128
+ * Model: time ~ waves x (groups per CTA + 5 x the most segments a CTA runs), a segment costing
+ * about 5 groups: its fn load and pipeline fill were a quarter of the post_pre partial's time
+ * when every CTA ran 8 groups (ninety-third run), and at T = 1024, H = 7168 ranges of 14 groups
+ * (128 CTAs, half of them crossing a tile) were 9% slower than 16 (112 CTAs, none crossing;
+ * hundredth run). Candidates: one balanced wave (`base` groups), base + 1 and base + 2, and
+ * whole tiles. Resident CTAs per SM: 1 (post_pre, 512 threads x 128
  * registers), 4 (pre). A few hundred steps at most (max_segments stops at its bound). The grid
  * (items / groups per CTA) stays below 2^31. */
 static int64_t partial_groups_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm) {
@@ -422,7 +423,7 @@ static int64_t partial_groups_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_
   int64_t best = base, best_cost = -1;
   for (int i = 0; i < 4; i++) {
     const int64_t gpc = candidates[i],
-                  cost = sk_cdiv(sk_cdiv(items, gpc), slots) * (2 * gpc + 5 * max_segments(items, per_tile, gpc));
+                  cost = sk_cdiv(sk_cdiv(items, gpc), slots) * (gpc + 5 * max_segments(items, per_tile, gpc));
     if (best_cost < 0 || cost < best_cost) best = gpc, best_cost = cost;
   }
   return best;
