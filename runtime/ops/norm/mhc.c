@@ -410,8 +410,8 @@ static int64_t max_segments(int64_t items, int64_t groups_per_tile, int64_t grou
  * when every CTA ran 8 groups (ninety-third run), and at T = 1024, H = 7168 ranges of 14 groups
  * (128 CTAs, half of them crossing a tile) were 9% slower than 16 (112 CTAs, none crossing;
  * hundredth run). Candidates: one balanced wave (`base` groups), base + 1 and base + 2, and
- * whole tiles. Resident CTAs per SM: 1 (post_pre, 512 threads x 128
- * registers), 4 (pre). A few hundred steps at most (max_segments stops at its bound). The grid
+ * whole tiles. Resident CTAs per SM: 1 (post_pre, 512 threads x 128 registers), 4 (pre). Bind
+ * cost: at most one step per CTA and candidate (max_segments stops at its bound). The grid
  * (items / groups per CTA) stays below 2^31. */
 static int64_t partial_groups_per_cta(const sk_mhc_plan *p, int64_t t, int ctas_per_sm) {
   const int64_t per_tile = sk_cdiv(t, GROUP), items = per_tile * (p->caps.hidden / TILE_H),
