@@ -433,6 +433,7 @@ Test(gpu_gemm, graph_replay_after_prewarm_and_freeze, .init = setup, .fini = tea
   CUDA_OK(cudaMalloc(&dc, m * n * 2));
   CUDA_OK(cudaMalloc(&ws, wsb ? wsb : 256));
   CUDA_OK(cudaMemset(ws, 0, wsb ? wsb : 256));
+  CUDA_OK(cudaDeviceSynchronize()); /* the runs below use a non-blocking stream */
   int64_t cs[2] = {m, n};
   DLTensor tc = tu_device_tensor(dc, out_dt[0], 2, cs);
   /* An unwarmed configuration is refused after the freeze. */
@@ -599,6 +600,7 @@ Test(gpu_gemm, one_shot_memo_is_thread_safe, .init = setup, .fini = teardown, .t
       }
     }
   }
+  CUDA_OK(cudaDeviceSynchronize()); /* the threads' non-blocking streams do not wait for the poison */
   pthread_t ids[MEMO_THREADS];
   for (int t = 0; t < MEMO_THREADS; t++) cr_assert_eq(pthread_create(&ids[t], NULL, memo_thread_main, &th[t]), 0);
   for (int t = 0; t < MEMO_THREADS; t++) pthread_join(ids[t], NULL);

@@ -22,22 +22,30 @@ static void teardown(void) { tu_rmrf(dir); free(dir); }
 #define BF ((DLDataType){kDLBfloat, 16, 1})
 #define F32 ((DLDataType){kDLFloat, 32, 1})
 
+/* upload, poisoned and zeroed wait for the device before they return: some tests run the op on a
+ * non-blocking stream, which does not wait for the legacy stream's memset or for the DMA that a
+ * pageable cudaMemcpy may still be doing. Without it a late poison could overwrite outputs (a
+ * graph test once found its eager outputs differing from the replays) or the fused decode could
+ * find its counters not yet zero. */
 static void *upload(const void *h, size_t n) {
   void *d;
   CUDA_OK(cudaMalloc(&d, n));
   CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());
   return d;
 }
 static void *poisoned(size_t n) {
   void *d;
   CUDA_OK(cudaMalloc(&d, n));
   CUDA_OK(cudaMemset(d, 0xff, n)); /* NaN in bf16 and fp32: an unwritten element never passes */
+  CUDA_OK(cudaDeviceSynchronize());
   return d;
 }
 static void *zeroed(size_t n) {
   void *d;
   CUDA_OK(cudaMalloc(&d, n));
   CUDA_OK(cudaMemset(d, 0, n));
+  CUDA_OK(cudaDeviceSynchronize());
   return d;
 }
 static void *download(const void *d, size_t n) {
@@ -494,8 +502,16 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
       CUDA_OK(cudaGraphLaunch(ge, s));
       CUDA_OK(cudaStreamSynchronize(s));
       uint8_t *rp = download(dout, out_bytes);
-      cr_assert_eq(memcmp(rp, eager, out_bytes), 0, "seed %llu T=%d: replay %d differs from eager", (unsigned long long)seed,
-                   t, rep);
+      size_t at = 0, differing = 0;
+      for (size_t i = 0; i < out_bytes; i++)
+        if (rp[i] != eager[i]) differing += 1, at = differing == 1 ? i : at;
+      /* Where: residual_out [T, 4, H] bf16, y [T, H] bf16, post [T, 4] and comb [T, 4, 4] fp32. */
+      const size_t ro_bytes = (size_t)t * 4 * h * 2, y_bytes = (size_t)t * h * 2, post_bytes = (size_t)t * 16;
+      const char *region = at < ro_bytes ? "residual_out" : at < ro_bytes + y_bytes ? "y"
+                           : at < ro_bytes + y_bytes + post_bytes ? "post" : "comb";
+      cr_assert_eq(differing, 0,
+                   "seed %llu T=%d: replay %d differs from eager in %zu bytes, first at byte %zu (%s): 0x%02x, eager 0x%02x",
+                   (unsigned long long)seed, t, rep, differing, at, region, rp[at], eager[at]);
       free(rp);
     }
     CUDA_OK(cudaGraphExecDestroy(ge));

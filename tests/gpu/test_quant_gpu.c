@@ -366,6 +366,7 @@ Test(gpu_quant, graph_capture_after_freeze_is_bit_exact, .init = setup, .fini = 
   CUDA_OK(cudaMalloc(&out, total + 64));
   CUDA_OK(cudaMalloc(&scratch, spec.bytes));
   CUDA_OK(cudaMemcpy(dx, hx, n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize()); /* a pageable copy's DMA may still run; the stream below is non-blocking */
   uint8_t *o = out;
   uint8_t *v4 = o, *s4 = v4 + n / 2, *r4 = s4 + swz4, *v8 = r4 + (size_t)m * (k / 16), *s8 = v8 + n,
           *r8 = s8 + swz8, *gs = (uint8_t *)(((uintptr_t)(r8 + (size_t)m * (k / 32)) + 15) & ~(uintptr_t)15);

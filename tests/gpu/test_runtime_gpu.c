@@ -67,6 +67,7 @@ Test(gpu_runtime, graph_capture_after_freeze, .init = setup, .fini = teardown) {
   CUDA_OK(cudaMalloc((void **)&dx, n * sizeof(float)));
   CUDA_OK(cudaMalloc((void **)&dy, n * sizeof(float)));
   CUDA_OK(cudaMemcpy(dx, hx, n * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize()); /* a pageable copy's DMA may still run; the stream below is non-blocking */
   sk_kernel_request r = {"test.scale", "test/scale.cuh", "sk_test::scale<float, 128>", "dtype=f32", NULL, NULL, 0, 0};
   sk_kernel *k;
   SK_OK_OR_FAIL(sk_kernel_resolve(&r, &k)); /* warm-up */
