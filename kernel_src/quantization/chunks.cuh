@@ -88,11 +88,12 @@ struct UnitWalk {
     for (int j = 0; j < kQuantChunksPerThread; j++, p += x_group_stride)
       raw[j] = exists(j) ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
   }
-  // Store chunk j's values (if it exists).
-  template <typename V>
+  // Store chunk j's values (if it exists; KNOWN_TO_EXIST: the caller checked exists(3), which
+  // implies every chunk of the unit exists).
+  template <bool KNOWN_TO_EXIST = false, typename V>
   SK_DEVICE void store_values(int j, const V& v) const {
     static_assert(sizeof(V) == VALUE_BYTES, "one chunk of values");
-    if (exists(j)) *reinterpret_cast<V*>(values + j * value_group_stride) = v;
+    if (KNOWN_TO_EXIST || exists(j)) *reinterpret_cast<V*>(values + j * value_group_stride) = v;
   }
   // Store the unit's scales: byte j of p is chunk j's block scale, which must be 0 where chunk j
   // does not exist (padding). All lanes call it (shuffles).

@@ -64,6 +64,9 @@
 // two-at-a-time max.NaN.bf16x2/f16x2 on the raw inputs; 1 / (e4m3(scale) / gs) is looked up in
 // a per-CTA table of the 256 scale bytes (no division per block), filled by 128 threads with
 // one division each (hardware E4M3 decode, the negative byte by exact negation).
+// A thread whose four chunks all exist stores them without per-chunk tests: the kernel is bound by
+// the SMs on sm_90, and the 14 instructions this saves a unit made it 2% faster (RESULTS, hundred-
+// and-eighth run).
 // A full warp does a whole unit at once (nvfp4_quantize_unit_split): the two lanes of a block
 // split its per-block work instead of both doing it, and one vote covers the four chunks.
 #pragma once
@@ -429,10 +432,16 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       // by chunk.
       if (!nvfp4_hardware_e2m1<CVT>() && walk.warp_has(kQuantChunksPerThread - 1) &&
           nvfp4_quantize_unit_split<T, CVT>(walk.raw, rule, eff, packed, unit_scales)) {
+        if (walk.exists(kQuantChunksPerThread - 1)) {  // the whole unit (all but the end of M or K)
 #pragma unroll
-        for (int j = 0; j < kQuantChunksPerThread; j++) {
-          walk.store_values(j, packed[j]);
-          if (walk.exists(j)) scales |= unit_scales & (0xFFu << (8 * j));
+          for (int j = 0; j < kQuantChunksPerThread; j++) walk.store_values<true>(j, packed[j]);
+          scales = unit_scales;
+        } else {
+#pragma unroll
+          for (int j = 0; j < kQuantChunksPerThread; j++) {
+            walk.store_values(j, packed[j]);
+            if (walk.exists(j)) scales |= unit_scales & (0xFFu << (8 * j));
+          }
         }
       } else {
 #pragma unroll
