@@ -76,6 +76,8 @@ struct UnitWalk {
     locate();
     return true;
   }
+  // Every chunk of this thread's unit exists (rows ascend with j: the last one decides).
+  SK_DEVICE bool all_exist() const { return exists(kQuantChunksPerThread - 1); }
   // Chunk j exists (its row is below M, its column below cpr).
   SK_DEVICE bool exists(int j) const { return j * kGroupRows < chunk_rows; }
   // Some lane of this warp has a row of chunk j below M (warp-uniform): else the warp skips it.
@@ -88,8 +90,7 @@ struct UnitWalk {
     for (int j = 0; j < kQuantChunksPerThread; j++, p += x_group_stride)
       raw[j] = exists(j) ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
   }
-  // Store chunk j's values (if it exists; KNOWN_TO_EXIST: the caller checked exists(3), which
-  // implies every chunk of the unit exists).
+  // Store chunk j's values (if it exists; KNOWN_TO_EXIST: the caller checked all_exist()).
   template <bool KNOWN_TO_EXIST = false, typename V>
   SK_DEVICE void store_values(int j, const V& v) const {
     static_assert(sizeof(V) == VALUE_BYTES, "one chunk of values");

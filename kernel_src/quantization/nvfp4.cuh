@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       // by chunk.
       if (!nvfp4_hardware_e2m1<CVT>() && walk.warp_has(kQuantChunksPerThread - 1) &&
           nvfp4_quantize_unit_split<T, CVT>(walk.raw, rule, eff, packed, unit_scales)) {
-        if (walk.exists(kQuantChunksPerThread - 1)) {  // the whole unit (all but the end of M or K)
+        if (walk.all_exist()) {  // the whole unit (all but the end of M or K)
 #pragma unroll
           for (int j = 0; j < kQuantChunksPerThread; j++) walk.store_values<true>(j, packed[j]);
           scales = unit_scales;
