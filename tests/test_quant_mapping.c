@@ -22,7 +22,7 @@
 #include "ref/skref.h"
 
 typedef struct {
-  int m, cpr, ld_x, bc, value_bytes, cols, k_tiles, units, rows_words;
+  int m, cpr, ld_x, bc, value_bytes, cols, k_tiles, slabs, units, rows_words;
   uint8_t *chunk_loads, *value_writes, *row_scale_writes, *swz_writes;
   uint8_t *swz, *rows; /* contents written */
   size_t swz_bytes;
@@ -39,9 +39,9 @@ typedef struct {
 static uint32_t data_scale(long long row, long long kcol) { return (uint32_t)((row * 131 + kcol * 7) % 255 + 1); }
 
 /* One unit of one CTA: all 256 threads. */
-static void replay_unit(run *r, unsigned unit) {
+static void replay_unit(run *r, unsigned slab, unsigned kt) {
   const int tc = sk_qsplit_tile_chunks(r->bc);
-  const unsigned slab = unit / (unsigned)r->k_tiles, kt = unit % (unsigned)r->k_tiles;
+  const unsigned unit = slab * (unsigned)r->k_tiles + kt; /* for the messages */
   const unsigned slab_row = sk_qsplit_slab_row(slab, r->bc);
   uint32_t p[SK_QSPLIT_THREADS];
   long long chunk_of[SK_QSPLIT_THREADS][SK_QSPLIT_PER_STEP];
@@ -118,8 +118,12 @@ static void replay_unit(run *r, unsigned unit) {
   }
 }
 
+typedef struct {
+  unsigned x, y;
+} grid2;
+
 /* Replays the whole grid; returns the number of failures. */
-static int check_grid(int m, int k, int ld_x, int nvfp4, int grid) {
+static int check_grid(int m, int k, int ld_x, int nvfp4, grid2 grid) {
   run r = {0};
   r.m = m;
   r.cpr = k / 8;
@@ -128,7 +132,9 @@ static int check_grid(int m, int k, int ld_x, int nvfp4, int grid) {
   r.value_bytes = nvfp4 ? 4 : 8;
   r.cols = r.cpr / r.bc;
   r.k_tiles = sk_qsplit_k_tiles(r.cpr, r.bc);
+  r.slabs = sk_qsplit_slabs(m, r.bc);
   r.units = sk_qsplit_units(m, r.cpr, r.bc);
+  cr_assert_eq(r.units, r.slabs * r.k_tiles);
   r.rows_words = r.cols % 4 == 0; /* the kernel's test with an aligned buffer */
   cr_assert_eq(r.k_tiles, (r.cols + 3) / 4);
   const size_t chunks = (size_t)m * (size_t)r.cpr, nscales = (size_t)m * (size_t)r.cols;
@@ -142,16 +148,14 @@ static int check_grid(int m, int k, int ld_x, int nvfp4, int grid) {
   r.swz_writes = calloc(r.swz_bytes, 1);
   r.swz = calloc(r.swz_bytes, 1);
   cr_assert(r.chunk_loads && r.value_writes && r.row_scale_writes && r.rows && r.swz_writes && r.swz);
-  for (int cta = 0; cta < grid && r.failures == 0; cta++) {
-    /* UnitWalk: unit = blockIdx.x, then + gridDim.x while next() finds one. */
-    unsigned u = (unsigned)cta;
-    if (u >= (unsigned)r.units) continue; /* !has_unit */
-    for (;;) {
-      replay_unit(&r, u);
-      if ((unsigned)r.units - u <= (unsigned)grid) break;
-      u += (unsigned)grid;
+  for (unsigned by = 0; by < grid.y && r.failures == 0; by++)
+    for (unsigned bx = 0; bx < grid.x && r.failures == 0; bx++) {
+      /* UnitWalk: (slab, kt) = (blockIdx.y, blockIdx.x), then next() while it finds one. */
+      unsigned slab = by, kt = bx;
+      if (!sk_qsplit_has_unit(slab, kt, (unsigned)r.slabs, (unsigned)r.k_tiles)) continue;
+      do replay_unit(&r, slab, kt);
+      while (sk_qsplit_next_unit(&slab, &kt, bx, grid.x, grid.y, (unsigned)r.slabs, (unsigned)r.k_tiles));
     }
-  }
   for (size_t c = 0; c < chunks && r.failures == 0; c++)
     if (r.chunk_loads[c] != 1) FAIL(&r, "chunk %zu loaded/stored %d times\n", c, r.chunk_loads[c]);
   for (size_t b = 0; b < chunks * (size_t)r.value_bytes && r.failures == 0; b++)
@@ -171,7 +175,7 @@ static int check_grid(int m, int k, int ld_x, int nvfp4, int grid) {
     else if (r.swz[b] != want[b]) FAIL(&r, "swizzled byte %zu is %d, want %d\n", b, r.swz[b], want[b]);
   }
   if (r.failures)
-    fprintf(stderr, "  ^ %s M=%d K=%d ld_x=%d grid=%d\n", nvfp4 ? "nvfp4" : "mxfp8", m, k, ld_x, grid);
+    fprintf(stderr, "  ^ %s M=%d K=%d ld_x=%d grid=(%u, %u)\n", nvfp4 ? "nvfp4" : "mxfp8", m, k, ld_x, grid.x, grid.y);
   free(want);
   free(r.chunk_loads);
   free(r.value_writes);
@@ -184,21 +188,31 @@ static int check_grid(int m, int k, int ld_x, int nvfp4, int grid) {
 
 static const int ms[] = {1, 2, 3, 16, 31, 33, 127, 128, 129, 1000, 4097, 16384};
 
+static grid2 host_grid(int m, int k, int block, int per, int sms) {
+  const sk_dim3 g = quant_rows_grid(m, k, block, per, sms);
+  cr_assert_eq(g.z, 1u);
+  return (grid2){g.x, g.y};
+}
+
 /* Every shape with the host grids (chunks per thread 1, 4, 8, 16, the default; 132 SMs and an
- * offline plan) and arbitrary ones: 1, 2, 3, around the unit count, and far above it. */
+ * offline plan) and arbitrary ones: fewer and more CTA columns than k-tiles (1, 2, 3, around
+ * k_tiles, far above) and rows than slabs. */
 static int check_shape(int m, int k, int nvfp4, int small) {
   const int block = nvfp4 ? 16 : 32, bc = nvfp4 ? 2 : 4;
-  int grids[24], n = 0;
+  grid2 grids[24];
+  int n = 0;
   static const int pers[] = {1, 4, 8, 16, 0};
-  for (int p = 0; p < 5; p++) grids[n++] = (int)quant_rows_grid(m, k, block, pers[p], 132);
-  grids[n++] = (int)quant_rows_grid(m, k, block, 16, 0);
-  const int units = sk_qsplit_units(m, k / 8, bc);
+  for (int p = 0; p < 5; p++) grids[n++] = host_grid(m, k, block, pers[p], 132);
+  grids[n++] = host_grid(m, k, block, 16, 0);
+  const unsigned kt = (unsigned)sk_qsplit_k_tiles(k / 8, bc), slabs = (unsigned)sk_qsplit_slabs(m, bc);
   if (small) {
-    const int extra[] = {1, 2, 3, units > 1 ? units - 1 : 1, units, units + 1, 2 * units + 1, 1000};
-    for (int i = 0; i < 8; i++) grids[n++] = extra[i];
+    const grid2 extra[] = {{1, 1},          {2, 1},           {1, 3},         {3, 2},
+                           {kt > 1 ? kt - 1 : 1, slabs},       {kt, slabs},    {kt + 1, slabs + 1},
+                           {2 * kt + 1, 1}, {1000, 2},        {1, slabs > 1 ? slabs - 1 : 1}};
+    for (int i = 0; i < 10; i++) grids[n++] = extra[i];
   } else {
-    grids[n++] = 7;
-    grids[n++] = units / 3 + 1;
+    grids[n++] = (grid2){7, 3};
+    grids[n++] = (grid2){kt / 3 + 1, slabs / 3 + 1};
   }
   int failures = 0;
   const int lds[] = {k, k + 8, k + 72};
@@ -249,25 +263,32 @@ Test(quant_mapping, scale_transpose_selectors) {
   }
 }
 
-/* The host grid: per / 4 units per CTA for large tensors, one unit per CTA while that is at most
- * 4 CTAs per SM. */
+/* The host grid: one CTA column per k-tile; per / 4 units per CTA for large tensors, one unit per
+ * CTA while that is at most 4 CTAs per SM. */
+#define ASSERT_GRID(g, gx, gy) cr_assert((g).x == (gx) && (g).y == (gy) && (g).z == 1, "grid (%u, %u, %u)", (g).x, (g).y, (g).z)
 Test(quant_mapping, host_grid_units_per_cta) {
-  /* M = 16384, K = 4096 nvfp4: 128 bands x 64 k-tiles = 8192 units; 16 per thread: 4 per CTA. */
-  cr_assert_eq(quant_rows_grid(16384, 4096, 16, 16, 132), 2048);
-  /* mxfp8: 2 slabs per band x 32 k-tiles x 128 bands = 8192 units; 4 per thread: one each. */
-  cr_assert_eq(quant_rows_grid(16384, 4096, 32, 4, 132), 8192);
+  /* M = 16384, K = 4096 nvfp4: 128 slabs x 64 k-tiles = 8192 units; 16 per thread: 4 per CTA. */
+  ASSERT_GRID(quant_rows_grid(16384, 4096, 16, 16, 132), 64u, 32u);
+  /* mxfp8: 2 slabs per band x 128 bands x 32 k-tiles = 8192 units; 4 per thread: one each. */
+  ASSERT_GRID(quant_rows_grid(16384, 4096, 32, 4, 132), 32u, 256u);
   /* M = 4096, K = 2048 nvfp4: 32 x 32 = 1024 units; 4 per CTA would be 256 CTAs < 528: one each. */
-  cr_assert_eq(quant_rows_grid(4096, 2048, 16, 16, 132), 1024);
+  ASSERT_GRID(quant_rows_grid(4096, 2048, 16, 16, 132), 32u, 32u);
   /* M = 4096, K = 7168 nvfp4: 32 x 112 = 3584 units; 4 per CTA = 896 CTAs. */
-  cr_assert_eq(quant_rows_grid(4096, 7168, 16, 16, 132), 896);
+  ASSERT_GRID(quant_rows_grid(4096, 7168, 16, 16, 132), 112u, 8u);
+  /* M = 16384, K = 7168 nvfp4, the default 8 per thread: 2 slabs per CTA. */
+  ASSERT_GRID(quant_rows_grid(16384, 7168, 16, 8, 132), 112u, 64u);
   /* M = 1, K = 4096: one band, 64 k-tiles: 64 CTAs of one unit (the padding rows included). */
-  cr_assert_eq(quant_rows_grid(1, 4096, 16, 16, 132), 64);
+  ASSERT_GRID(quant_rows_grid(1, 4096, 16, 16, 132), 64u, 1u);
   /* Below 4 chunks per thread is one unit per CTA. */
-  cr_assert_eq(quant_rows_grid(16384, 4096, 16, 1, 132), 8192);
+  ASSERT_GRID(quant_rows_grid(16384, 4096, 16, 1, 132), 64u, 128u);
+  /* The most slabs (M * K = 2^34, nvfp4 K = 16: 2^23 slabs, one k-tile): gy stops at the CUDA limit. */
+  ASSERT_GRID(quant_rows_grid(1 << 30, 16, 16, 8, 132), 1u, 65535u);
   for (int m = 1; m <= 300; m += 7)
     for (int k = 16; k <= 8192; k *= 2) {
-      const int64_t g = quant_rows_grid(m, k, 16, 16, 132), units = sk_qsplit_units(m, k / 8, 2);
-      cr_assert(g >= 1 && g <= units, "M=%d K=%d: grid %lld of %lld units", m, k, (long long)g, (long long)units);
+      const sk_dim3 g = quant_rows_grid(m, k, 16, 16, 132);
+      const int64_t ctas = (int64_t)g.x * g.y, units = sk_qsplit_units(m, k / 8, 2);
+      cr_assert(g.x == (unsigned)sk_qsplit_k_tiles(k / 8, 2) && ctas >= 1 && ctas <= units,
+                "M=%d K=%d: grid (%u, %u) for %lld units", m, k, g.x, g.y, (long long)units);
     }
 }
 
@@ -275,11 +296,14 @@ Test(quant_mapping, host_grid_units_per_cta) {
  * swizzled offsets are 64-bit (a short, very wide tensor's padded scale buffer passes 2^32 bytes:
  * M = 1, K = 2^31 - 16). */
 Test(quant_mapping, arithmetic_limits) {
-  /* NVFP4 K = 16 and MXFP8 K = 32 (one k-tile): the most units; unit + grid stays below 2^32 and
-   * the last slab's last row (+ 3 row groups) below 2^32. */
+  /* NVFP4 K = 16 and MXFP8 K = 32 (one k-tile): the most slabs (units); the walk's slab + gridDim.y
+   * and kt + gridDim.x (K = 2^31 - 16: the most k-tiles) stay below 2^32, and the last slab's last
+   * row (+ 3 row groups) below 2^32. */
   const int m4 = 1 << 30, m8 = 1 << 29;
-  cr_assert_lt((long long)sk_qsplit_units(m4, 2, 2) + 0x7FFFFFFFll, 1ll << 32);
-  cr_assert_lt((long long)sk_qsplit_units(m8, 4, 4) + 0x7FFFFFFFll, 1ll << 32);
+  cr_assert_eq(sk_qsplit_slabs(m4, 2), sk_qsplit_units(m4, 2, 2));
+  cr_assert_lt((long long)sk_qsplit_slabs(m4, 2) + SK_QSPLIT_MAX_GRID_Y, 1ll << 32);
+  cr_assert_lt((long long)sk_qsplit_slabs(m8, 4) + SK_QSPLIT_MAX_GRID_Y, 1ll << 32);
+  cr_assert_lt((long long)sk_qsplit_k_tiles((int)(0x7FFFFFF0u / 8), 2) + 0x7FFFFFFFll, 1ll << 32);
   cr_assert_eq(sk_qsplit_slab_row((unsigned)sk_qsplit_units(m4, 2, 2) - 1, 2), (unsigned)m4 - 128);
   cr_assert_eq(sk_qsplit_slab_row((unsigned)sk_qsplit_units(m8, 4, 4) - 1, 4), (unsigned)m8 - 128 + 16);
   const unsigned cols = (0x7FFFFFF0u / 16), k_tiles = (cols + 3) / 4;

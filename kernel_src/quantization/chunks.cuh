@@ -13,7 +13,8 @@ namespace quant {
 constexpr int kQuantThreads = SK_QSPLIT_THREADS;
 constexpr int kQuantChunksPerThread = SK_QSPLIT_PER_STEP;
 
-// One thread's walk of units blockIdx.x, + gridDim.x, ... VALUE_BYTES per chunk (4 NVFP4,
+// One thread's walk of the units (slab, kt) of CTA (blockIdx.x, blockIdx.y): kt = blockIdx.x,
+// + gridDim.x, ... of slab blockIdx.y, then of slab + gridDim.y, ... VALUE_BYTES per chunk (4 NVFP4,
 // 8 MXFP8); a scale block is BLOCK_CHUNKS chunks (2, 4). `raw` holds the current unit's chunks
 // (zeros where a chunk does not exist); the control flow is CTA-uniform, so the kernels'
 // shuffles see full warps.
@@ -26,19 +27,18 @@ struct UnitWalk {
   const T* x0;
   u8 *values0, *swizzled0, *rows0;
   i64 ld_x, x_group_stride, value_group_stride;
-  u32 M, cpr, cols, k_tiles, units;
+  u32 M, cpr, cols, k_tiles, slabs;
   bool rows_words;  // the row-major scale words are 4-byte aligned: one 4-byte store each
   // Thread (fixed).
   u32 thread_row, thread_col, block, warp_row, sel_a, sel_b;
   bool leader;
-  // Current unit: index, slab and k-tile (one division per thread, then carries).
-  StridedDivmod unit;
+  // Current unit (CTA-uniform): slab and k-tile, stepped by the grid (no division).
+  u32 slab, kt;
   const T* x;       // chunk 0's input (chunk j: + 32 j rows)
   u8* values;       // chunk 0's values (chunk j: + 32 j rows)
   u32 row;          // row of chunk 0 (chunk j: row + 32 j)
   u32 slab_row;     // the unit's first row (CTA-uniform)
   u32 warp_rows;    // rows from this warp's first row of chunk 0 to M (0 if past M)
-  u32 kt;
   u32 chunk_rows;   // rows from row to M if this thread's chunk column is below cpr, else 0
   uint4 raw[kQuantChunksPerThread];
 
@@ -55,7 +55,7 @@ struct UnitWalk {
         cpr(u32(k) / 8u),
         cols(u32(k) / 8u / BLOCK_CHUNKS),
         k_tiles(u32(sk_qsplit_k_tiles(int(u32(k) / 8u), BLOCK_CHUNKS))),
-        units(u32(sk_qsplit_units(m, int(u32(k) / 8u), BLOCK_CHUNKS))),
+        slabs(u32(sk_qsplit_slabs(m, BLOCK_CHUNKS))),
         rows_words(((reinterpret_cast<unsigned long long>(rows) | (u32(k) / 8u / BLOCK_CHUNKS)) & 3u) == 0),
         thread_row(sk_qsplit_thread_row(threadIdx.x, BLOCK_CHUNKS)),
         thread_col(sk_qsplit_thread_col(threadIdx.x, BLOCK_CHUNKS)),
@@ -64,15 +64,15 @@ struct UnitWalk {
         sel_a(sk_qsplit_transpose_a(sk_qsplit_thread_block(threadIdx.x, BLOCK_CHUNKS))),
         sel_b(sk_qsplit_transpose_b(sk_qsplit_thread_block(threadIdx.x, BLOCK_CHUNKS))),
         leader(sk_qsplit_block_leader(threadIdx.x, BLOCK_CHUNKS)),
-        unit(blockIdx.x, k_tiles, gridDim.x) {
+        slab(blockIdx.y),
+        kt(blockIdx.x) {
     locate();
   }
 
-  SK_DEVICE bool has_unit() const { return unit.i < units; }  // CTA-uniform
+  SK_DEVICE bool has_unit() const { return sk_qsplit_has_unit(slab, kt, slabs, k_tiles); }  // CTA-uniform
   // Move to the CTA's next unit; false when there is none.
   SK_DEVICE bool next() {
-    if (units - unit.i <= gridDim.x) return false;  // the next one would pass the end (no wrap)
-    unit.advance();
+    if (!sk_qsplit_next_unit(&slab, &kt, blockIdx.x, gridDim.x, gridDim.y, slabs, k_tiles)) return false;
     locate();
     return true;
   }
@@ -104,7 +104,7 @@ struct UnitWalk {
     if (!leader) return;
     // w: row row + 32 block, scale columns 4kt..4kt+3.
     if constexpr ((LAYOUT & kScalesSwizzled) != 0)
-      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_unit_scales(unit.quot, kt, k_tiles, BLOCK_CHUNKS) +
+      *reinterpret_cast<u32*>(swizzled0 + sk_qsplit_unit_scales(slab, kt, k_tiles, BLOCK_CHUNKS) +
                               sk_qsplit_thread_scale_word(threadIdx.x, BLOCK_CHUNKS)) = w;
     if constexpr ((LAYOUT & kScalesRowMajor) != 0) {
       const u32 r = row + block * kGroupRows;
@@ -123,8 +123,7 @@ struct UnitWalk {
 
  private:
   SK_DEVICE void locate() {
-    slab_row = sk_qsplit_slab_row(unit.quot, BLOCK_CHUNKS);
-    kt = unit.rem;
+    slab_row = sk_qsplit_slab_row(slab, BLOCK_CHUNKS);
     row = slab_row + thread_row;
     warp_rows = slab_row + warp_row < M ? M - (slab_row + warp_row) : 0u;
     const u32 col = kt * kTileChunks + thread_col;

@@ -17,12 +17,13 @@
 //                      padding rows/columns are written as 0 by this kernel. Else may be null.
 //     scales_rows      LAYOUT & 2: [M, K/32] bytes, contiguous. Else may be null.
 //     blockDim (kMxfp8Threads = 256, 1, 1); no dynamic shared memory; no scratch.
-//     grid     (g, 1, 1): any g >= 1 is correct. The work split of nvfp4_rows
+//     grid     (gx, gy, 1): any gx, gy >= 1 is correct. The work split of nvfp4_rows
 //              (quantization/split.cuh) with 128-value k-tiles: a unit is 128 rows x one k-tile
-//              but only half the rows of each row group (r in [0, 16) or [16, 32)), so it is
-//              still four chunks per thread, U = sk_qsplit_units(M, K/8, 4). The host
-//              (quant_rows_grid -> sk_qsplit_grid) launches about one unit per CTA (4 chunks per
-//              thread), at least min(U, 4 CTAs per SM). One launch for any M (M = 1 included).
+//              but only half the rows of each row group (r in [0, 16) or [16, 32): two slabs per
+//              128 rows), so it is still four chunks per thread. The host (quant_rows_grid ->
+//              sk_qsplit_grid_y) launches gx = sk_qsplit_k_tiles(K/8, 4) and about one unit per
+//              CTA (4 chunks per thread), at least min(units, 4 CTAs per SM). One launch for any
+//              M (M = 1 included).
 // No input may alias an output. Each x element is read once.
 // Why this shape: bandwidth-bound (3 bytes per element); four coalesced 16-byte loads per thread
 // are issued together (a warp reads two whole 256-byte row pieces), the block amax is max.f32 on

@@ -31,13 +31,15 @@
 //     amax_partials, num_partials   GS_MODE 1 only (1 <= num_partials <= kMaxAmaxPartials):
 //                      the array written by nvfp4_amax_partials with grid = num_partials.
 //                      Ignored (may be null / 0) otherwise.
-//     grid     (g, 1, 1): any g >= 1 is correct. Work split (quantization/split.cuh): units of
-//              128 rows x one k-tile (64 values per row: one 128x4 swizzled scale tile), U =
-//              sk_qsplit_units(M, K/8, 2) of them; CTA b takes units b, b + g, ...; a unit is four
-//              8-value chunks per thread (rows r, r+32, r+64, r+96 of one column), loaded before
-//              any arithmetic. The host (quant_rows_grid -> sk_qsplit_grid) launches about
-//              U / (chunks per thread / 4) CTAs (8 chunks for nvfp4: 2 units per CTA), at least
-//              min(U, 4 CTAs per SM). GS_MODE 2: g must be 1 (else the kernel traps).
+//     grid     (gx, gy, 1): any gx, gy >= 1 is correct. Work split (quantization/split.cuh):
+//              units of 128 rows (a slab) x one k-tile (64 values per row: one 128x4 swizzled
+//              scale tile); CTA (bx, by) takes k-tiles bx, bx + gx, ... of slabs by, by + gy, ...;
+//              a unit is four 8-value chunks per thread (rows r, r+32, r+64, r+96 of one column),
+//              loaded before any arithmetic. The host (quant_rows_grid -> sk_qsplit_grid_y)
+//              launches gx = sk_qsplit_k_tiles(K/8, 2) and gy = about the slabs over the units
+//              per CTA (8 chunks per thread for nvfp4: 2 units per CTA), at least min(units,
+//              4 CTAs per SM) CTAs in all. GS_MODE 2: the grid must be (1, 1, 1) (else the
+//              kernel traps).
 //   nvfp4_amax_partials<T>(const T* x, int ld_x, int M, int K, float* amax_partials)
 //     grid (num_partials, 1, 1) with 1 <= num_partials <= kMaxAmaxPartials, e.g.
 //     min(ceil(M*K/8 / 256), 2 * SMs). CTA b writes amax_partials[b] = max |x| over the finite
@@ -458,7 +460,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       if (more) walk.load();
     }
   } else {
-    if (gridDim.x != 1) __trap();  // the tensor amax must be seen by one CTA
+    if (gridDim.x != 1 || gridDim.y != 1) __trap();  // the tensor amax must be seen by one CTA
     const int cpr = K / 8;
     const i64 chunks = i64(M) * cpr;
     uint4 cached[kInCtaCachedChunks];

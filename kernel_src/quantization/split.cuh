@@ -11,9 +11,12 @@
 //   rows  band * 128 + r0 + [0, R) + 32 g   (g = 0..3, the tile's four row groups)
 //   cols  the k-tile kt (4 bc chunks per row)
 // with R = 256 / (4 bc) (32 NVFP4: a unit is a whole tile; 16 MXFP8: half a tile, r0 = 0 or 16).
-// The units of one (band, r0) form a "slab"; unit u is slab u / k_tiles, k-tile u % k_tiles, so
-// consecutive units are neighbouring k-tiles of the same rows. CTA b of a grid of g takes units
-// b, b + g, b + 2g, ... (any g >= 1 is correct). In a unit, thread t holds the four chunks
+// The units of one (band, r0) form a "slab"; unit (slab, kt) is slab `slab`, k-tile kt. The grid
+// is 2-D, (gx, gy): CTA (bx, by) takes the k-tiles kt = bx, bx + gx, ... < k_tiles of slab by,
+// then the same of slab by + gy, by + 2 gy, ... < slabs (any gx, gy >= 1 is correct: no
+// division anywhere in the walk). The host launches gx = k_tiles (one k-tile per CTA and slab,
+// so CTAs in launch order are neighbouring k-tiles of the same rows) and gy = about slabs / the
+// units per CTA it wants. In a unit, thread t holds the four chunks
 //   row slab_row + t / (4 bc) + 32 j, chunk column kt * 4 bc + t % (4 bc)      (j = 0..3)
 // all loaded before any arithmetic. So:
 //  * a warp's load reads whole 128-byte (NVFP4: 4 rows) or 256-byte (MXFP8: 2 rows) row pieces;
@@ -53,9 +56,25 @@ SK_QSPLIT_FN int sk_qsplit_unit_rows(int bc) { return SK_QSPLIT_THREADS / sk_qsp
 // Slabs per band: 1 NVFP4, 2 MXFP8.
 SK_QSPLIT_FN int sk_qsplit_slabs_per_band(int bc) { return SK_QSPLIT_GROUP_ROWS / sk_qsplit_unit_rows(bc); }
 SK_QSPLIT_FN int sk_qsplit_k_tiles(int cpr, int bc) { return (int)(((unsigned)cpr / (unsigned)bc + 3u) / 4u); }
+// Slabs of an [m, 8 cpr] tensor: below 2^24 for M * K <= 2^34.
+SK_QSPLIT_FN int sk_qsplit_slabs(int m, int bc) { return sk_qsplit_bands(m) * sk_qsplit_slabs_per_band(bc); }
 // Units of an [m, 8 cpr] tensor: below 2^27 for M * K <= 2^34 (and K < 2^31).
-SK_QSPLIT_FN int sk_qsplit_units(int m, int cpr, int bc) {
-  return sk_qsplit_bands(m) * sk_qsplit_slabs_per_band(bc) * sk_qsplit_k_tiles(cpr, bc);
+SK_QSPLIT_FN int sk_qsplit_units(int m, int cpr, int bc) { return sk_qsplit_slabs(m, bc) * sk_qsplit_k_tiles(cpr, bc); }
+
+// CTA (bx, by) of a (gx, gy) grid: its first unit is (slab by, k-tile bx) if both are in range;
+// after unit (*slab, *kt) its next one, or 0 when there is none. No wrap: kt + gx < 2^32
+// (k_tiles < 2^28, gx < 2^31) and slab + gy < 2^32 (slabs < 2^24, gy <= 65535).
+SK_QSPLIT_FN int sk_qsplit_has_unit(unsigned slab, unsigned kt, unsigned slabs, unsigned k_tiles) {
+  return slab < slabs && kt < k_tiles;
+}
+SK_QSPLIT_FN int sk_qsplit_next_unit(unsigned* slab, unsigned* kt, unsigned bx, unsigned gx, unsigned gy,
+                                     unsigned slabs, unsigned k_tiles) {
+  unsigned next_kt = *kt + gx, next_slab = *slab;
+  if (next_kt >= k_tiles) next_kt = bx, next_slab += gy;
+  if (next_slab >= slabs) return 0;
+  *kt = next_kt;
+  *slab = next_slab;
+  return 1;
 }
 
 // Row of the slab's first chunk (thread 0, row group 0) and the band's row offset of it.
@@ -104,12 +123,18 @@ SK_QSPLIT_FN long long sk_qsplit_swizzled_offset(unsigned row, unsigned kcol, un
 SK_QSPLIT_FN unsigned sk_qsplit_transpose_a(unsigned c) { return (c & 2u) ? 0x3276u : 0x5410u; }
 SK_QSPLIT_FN unsigned sk_qsplit_transpose_b(unsigned c) { return (c & 1u) ? 0x3715u : 0x6240u; }
 
+#define SK_QSPLIT_MAX_GRID_Y 65535 /* the CUDA limit of gridDim.y */
+
 // Host grid for about `per` chunks per thread (1..64; a unit is 4 per thread, so below 4 counts
 // as 4): per / 4 units per CTA, but at least min(units, 4 CTAs per SM) CTAs (latency of small
-// tensors, bytes in flight of mid-sized ones). Any grid is correct.
-SK_QSPLIT_FN long long sk_qsplit_grid(long long units, long long per, long long sms) {
+// tensors, bytes in flight of mid-sized ones). gx = k_tiles; this is gy = slabs / units per CTA
+// (rounded up; at most SK_QSPLIT_MAX_GRID_Y, beyond which CTAs take more slabs). Any grid is
+// correct.
+SK_QSPLIT_FN long long sk_qsplit_grid_y(long long slabs, long long k_tiles, long long per, long long sms) {
+  const long long units = slabs * k_tiles;
   long long per_cta = per / SK_QSPLIT_PER_STEP > 1 ? per / SK_QSPLIT_PER_STEP : 1;
   const long long floor_ctas = units < 4 * sms ? units : 4 * sms;
   if (units / per_cta < floor_ctas) per_cta = units / floor_ctas > 1 ? units / floor_ctas : 1;
-  return (units + per_cta - 1) / per_cta;
+  const long long gy = (slabs + per_cta - 1) / per_cta;
+  return gy < SK_QSPLIT_MAX_GRID_Y ? gy : SK_QSPLIT_MAX_GRID_Y;
 }

@@ -861,9 +861,9 @@ SK_API sk_status sk_gemm_mxfp8_linear(const DLTensor *x, const DLTensor *w_codes
     const void *xp = px;
     void *cp = codes, *sp = scales, *rows = NULL;
     int ld = (int)k, mi = (int)m, ki = (int)k;
-    const int64_t grid = quant_rows_grid(m, k, 32, 0, sm_count()); /* the quantization.mxfp8 op's grid */
+    const sk_dim3 grid = quant_rows_grid(m, k, 32, 0, sm_count()); /* the quantization.mxfp8 op's grid */
     void *args[] = {(void *)&xp, &ld, &mi, &ki, &cp, &sp, &rows};
-    sk_status s = sk_kernel_launch_ex(qk, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, stream, args,
+    sk_status s = sk_kernel_launch_ex(qk, grid, (sk_dim3){256, 1, 1}, 0, stream, args,
                                       SK_LAUNCH_OVERLAP_PREVIOUS);
     if (s != SK_OK) return sk_wrap_error(s, "gemm.mxfp8_linear");
   }

@@ -8,7 +8,8 @@ SK_API sk_status sk_mxfp8_plan_create(const sk_quant_caps *caps, sk_quant_plan *
   return quant_plan_create(QUANT_MXFP8, caps, plan);
 }
 
-/* Binding: ptr[0] x, [1] values, [2] swizzled scales, [3] row scales; dim[0] M, [2] grid. */
+/* Binding: ptr[0] x, [1] values, [2] swizzled scales, [3] row scales; dim[0] M, [2] / [4] grid
+ * x / y (the same slots as nvfp4's). */
 SK_API sk_status sk_mxfp8_bind(const sk_quant_plan *p, const DLTensor *x, const DLTensor *values,
                                const DLTensor *scales_swizzled, const DLTensor *scales_rows, void *scratch,
                                size_t scratch_bytes, sk_binding *out) {
@@ -20,7 +21,9 @@ SK_API sk_status sk_mxfp8_bind(const sk_quant_plan *p, const DLTensor *x, const 
   sk_binding b;
   int64_t m;
   SK_TRY(quant_bind_common(p, x, values, scales_swizzled, scales_rows, &b, &m));
-  b.dim[2] = quant_grid(p, m);
+  const sk_dim3 grid = quant_grid(p, m);
+  b.dim[2] = grid.x;
+  b.dim[4] = grid.y;
   *out = b;
   return SK_OK;
 }
@@ -30,7 +33,7 @@ sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *str
   void *values = b->ptr[1], *sw = b->ptr[2], *rows = b->ptr[3];
   int ld = (int)p->caps.k, m = (int)b->dim[0], k = (int)p->caps.k;
   void *args[] = {(void *)&x, &ld, &m, &k, &values, &sw, &rows};
-  return sk_kernel_launch_ex(p->kernels[QK_ROWS_GIVEN], (sk_dim3){(unsigned)b->dim[2], 1, 1},
+  return sk_kernel_launch_ex(p->kernels[QK_ROWS_GIVEN], (sk_dim3){(unsigned)b->dim[2], (unsigned)b->dim[4], 1},
                              (sk_dim3){QUANT_THREADS, 1, 1}, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 

@@ -9,7 +9,8 @@ SK_API sk_status sk_nvfp4_plan_create(const sk_quant_caps *caps, sk_quant_plan *
 }
 
 /* Binding: ptr[0] x, [1] values, [2] swizzled scales, [3] row scales, [4] global scale,
- * [5] amax partials; dim[0] M, [1] launch mode, [2] grid of the rows kernel, [3] partials. */
+ * [5] amax partials; dim[0] M, [1] launch mode, [2] / [4] grid x / y of the rows kernel,
+ * [3] partials. */
 enum { MODE_GIVEN = 0, MODE_PARTIALS = 1 };
 
 SK_API sk_status sk_nvfp4_bind(const sk_quant_plan *p, const DLTensor *x, const DLTensor *values,
@@ -25,7 +26,9 @@ SK_API sk_status sk_nvfp4_bind(const sk_quant_plan *p, const DLTensor *x, const 
   SK_TRY(sk_check_tensor(p->op, global_scale, &gs, &b.ptr[4]));
   void *views[8] = {0};
   SK_TRY(sk_scratch_bind(p->op, &p->scratch, scratch, scratch_bytes, views));
-  b.dim[2] = quant_grid(p, m);
+  const sk_dim3 grid = quant_grid(p, m);
+  b.dim[2] = grid.x;
+  b.dim[4] = grid.y;
   if (p->caps.global_scale == SK_GLOBAL_SCALE_GIVEN) {
     b.dim[1] = MODE_GIVEN;
   } else {
@@ -54,7 +57,7 @@ sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *str
                                SK_LAUNCH_OVERLAP_PREVIOUS));
   }
   void *args[] = {(void *)&x, &ld, &m, &k, &values, &sw, &rows, &gs, &partials, &np};
-  return sk_kernel_launch_ex(rows_kernel, (sk_dim3){(unsigned)b->dim[2], 1, 1}, block, 0, stream, args,
+  return sk_kernel_launch_ex(rows_kernel, (sk_dim3){(unsigned)b->dim[2], (unsigned)b->dim[4], 1}, block, 0, stream, args,
                              SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 

@@ -252,16 +252,19 @@ SK_API sk_status sk_quant_run(const sk_quant_plan *p, const sk_binding *b, void 
 _Static_assert(QUANT_THREADS == SK_QSPLIT_THREADS && QUANT_CHUNKS_PER_STEP == SK_QSPLIT_PER_STEP,
                "the host grid and the kernels' split agree");
 
-int64_t quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, int sm_count) {
+sk_dim3 quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, int sm_count) {
   /* The kernels' work split (kernel_src/quantization/split.cuh): units of 128 rows x one k-tile
-   * (4 chunks per thread each, all loaded before any arithmetic); large tensors get about
-   * chunks_per_thread / 4 units per CTA (fewer CTAs, the per-CTA setup amortised), and every
-   * tensor at least min(units, 4 per SM) CTAs (small ones: one unit per CTA, one round trip). */
+   * (4 chunks per thread each, all loaded before any arithmetic), one CTA column per k-tile;
+   * large tensors get about chunks_per_thread / 4 units per CTA (fewer CTAs, the per-CTA setup
+   * amortised), and every tensor at least min(units, 4 per SM) CTAs (small ones: one unit per
+   * CTA, one round trip). */
   const int64_t sms = sm_count > 0 ? sm_count : 128; /* offline plans know no SM count */
   const int64_t per = chunks_per_thread > 0 ? chunks_per_thread : QUANT_CHUNKS_PER_STEP;
-  return sk_qsplit_grid(sk_qsplit_units((int)m, (int)(k / 8), block / 8), per, sms);
+  const int bc = block / 8, k_tiles = sk_qsplit_k_tiles((int)(k / 8), bc);
+  const int64_t gy = sk_qsplit_grid_y(sk_qsplit_slabs((int)m, bc), k_tiles, per, sms);
+  return (sk_dim3){(unsigned)k_tiles, (unsigned)gy, 1};
 }
 
-int64_t quant_grid(const sk_quant_plan *p, int64_t m) {
+sk_dim3 quant_grid(const sk_quant_plan *p, int64_t m) {
   return quant_rows_grid(m, p->caps.k, kind_block(p->kind), p->chunks_per_thread, p->sm_count);
 }

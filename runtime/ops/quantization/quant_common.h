@@ -50,15 +50,15 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
                             const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
                             int64_t *m_out);
 
-/* Grid of the rows kernels (sk_qsplit_grid, kernel_src/quantization/split.cuh): units of 128 rows x
- * one k-tile (QUANT_CHUNKS_PER_STEP chunks per thread each), about chunks_per_thread / 4 units per
- * CTA (SPARKINFER_QUANT_CHUNKS_PER_THREAD; never fewer than min(units, 4 per SM) CTAs). See the
- * kernels' launch contracts. */
-int64_t quant_grid(const sk_quant_plan *p, int64_t m);
+/* Grid of the rows kernels (sk_qsplit_grid_y, kernel_src/quantization/split.cuh): units of 128
+ * rows x one k-tile (QUANT_CHUNKS_PER_STEP chunks per thread each); x = the k-tiles, y = the slabs
+ * over about chunks_per_thread / 4 units per CTA (SPARKINFER_QUANT_CHUNKS_PER_THREAD; never fewer
+ * than min(units, 4 per SM) CTAs in all). See the kernels' launch contracts. */
+sk_dim3 quant_grid(const sk_quant_plan *p, int64_t m);
 /* The same grid without a plan (gemm.mxfp8_linear launches the mxfp8 rows kernel directly):
  * block = values per scale (16 nvfp4, 32 mxfp8), chunks_per_thread <= 0 = the step default,
  * sm_count <= 0 = unknown. */
-int64_t quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, int sm_count);
+sk_dim3 quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, int sm_count);
 /* Each op's launches (binding already checked). */
 sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
 sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *stream);
