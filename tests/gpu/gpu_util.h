@@ -39,4 +39,33 @@ static inline char *gpu_test_setup(const char *tag) {
   CUDA_OK(cudaFree(0));
   return dir;
 }
+/* Device buffers for the suites. Each waits for the device before it returns: some tests run the
+ * op on a non-blocking stream, which does not wait for the legacy stream's memset or for the DMA
+ * that a pageable cudaMemcpy may still be doing. Without it a late poison could overwrite outputs
+ * (a graph test once found its eager outputs differing from the replays) or the fused mhc decode
+ * could find its counters not yet zero. The caller frees the buffer (cudaFree). */
+static inline void *gpu_upload(const void *host, size_t n) {
+  void *d;
+  CUDA_OK(cudaMalloc(&d, n));
+  CUDA_OK(cudaMemcpy(d, host, n, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());
+  return d;
+}
+/* n bytes of `byte`: 0xff is NaN in bf16, fp16 and fp32, so an unwritten output never passes. */
+static inline void *gpu_filled(size_t n, int byte) {
+  void *d;
+  CUDA_OK(cudaMalloc(&d, n));
+  CUDA_OK(cudaMemset(d, byte, n));
+  CUDA_OK(cudaDeviceSynchronize());
+  return d;
+}
+static inline void *gpu_poisoned(size_t n) { return gpu_filled(n, 0xff); }
+static inline void *gpu_zeroed(size_t n) { return gpu_filled(n, 0); }
+/* A malloc'ed host copy of n device bytes (the caller frees it). */
+static inline void *gpu_download(const void *d, size_t n) {
+  void *h = malloc(n);
+  cr_assert(h, "out of host memory (%zu bytes)", n);
+  CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+  return h;
+}
 #endif

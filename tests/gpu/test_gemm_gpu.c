@@ -38,15 +38,13 @@ typedef struct dev_operand {
 static void upload_operand(skref_gemm_recipe r, skref_gemm_side side, size_t rows, size_t k, const uint8_t *codes,
                            const void *scales, dev_operand *d) {
   size_t cb = skref_gemm_code_bytes(r, rows, k), sb = skref_gemm_scale_bytes(r, side, rows, k);
-  CUDA_OK(cudaMalloc(&d->codes, cb));
-  CUDA_OK(cudaMemcpy(d->codes, codes, cb, cudaMemcpyHostToDevice));
+  d->codes = gpu_upload(codes, cb);
   d->cshape[0] = (int64_t)rows;
   d->cshape[1] = (int64_t)(skref_gemm_is_fp4(r) ? k / 2 : k);
   d->tc = tu_device_tensor(d->codes, U8, 2, d->cshape);
   d->scales = NULL;
   if (sb) {
-    CUDA_OK(cudaMalloc(&d->scales, sb));
-    CUDA_OK(cudaMemcpy(d->scales, scales, sb, cudaMemcpyHostToDevice));
+    d->scales = gpu_upload(scales, sb);
   }
   if (r == SKREF_GEMM_BLOCK_FP8) {
     d->sshape[0] = side == SKREF_GEMM_A ? (int64_t)rows : (int64_t)((rows + 127) / 128);
@@ -95,14 +93,12 @@ static void check_mm(skref_gemm_recipe r, int out, size_t m, size_t n, size_t k,
   upload_operand(r, SKREF_GEMM_A, m, k, ac, as, &da);
   upload_operand(r, SKREF_GEMM_B, n, k, bc, bs, &db);
   void *dalpha, *dc, *ws = NULL;
-  CUDA_OK(cudaMalloc(&dalpha, 4));
-  CUDA_OK(cudaMemcpy(dalpha, &alpha, 4, cudaMemcpyHostToDevice));
+  dalpha = gpu_upload(&alpha, 4);
   const size_t ob_bytes = skref_gemm_out_bytes((skref_gemm_out)out);
   CUDA_OK(cudaMalloc(&dc, m * n * ob_bytes));
   size_t wsb = use_ws ? sk_gemm_workspace_bytes((sk_gemm_recipe)r, (int64_t)m, (int64_t)n, (int64_t)k) : 0;
   if (wsb) {
-    CUDA_OK(cudaMalloc(&ws, wsb));
-    CUDA_OK(cudaMemset(ws, 0, wsb));
+    ws = gpu_zeroed(wsb);
   }
   int64_t cshape[2] = {(int64_t)m, (int64_t)n}, ashape[1] = {1};
   DLTensor tcout = tu_device_tensor(dc, out_dt[out], 2, cshape), talpha = tu_device_tensor(dalpha, F32, 1, ashape);
@@ -149,8 +145,7 @@ static void check_mm_overflow(uint64_t *rng, uint64_t seed) {
   upload_operand(SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_A, m, k, ac, NULL, &da);
   upload_operand(SKREF_GEMM_TENSOR_FP8, SKREF_GEMM_B, n, k, bc, NULL, &db);
   void *dc;
-  CUDA_OK(cudaMalloc(&dc, m * n * 2));
-  CUDA_OK(cudaMemset(dc, 0xff, m * n * 2));
+  dc = gpu_poisoned(m * n * 2);
   int64_t cs[2] = {(int64_t)m, (int64_t)n};
   DLTensor tc = tu_device_tensor(dc, out_dt[1], 2, cs);
   SK_OK_OR_FAIL(sk_gemm_mm(SK_GEMM_TENSOR_FP8, &da.tc, NULL, &db.tc, NULL, NULL, &tc, NULL, 0, NULL));
@@ -279,15 +274,12 @@ Test(gpu_gemm, mxfp8_linear_matches_quantize_then_reference, .init = setup, .fin
   double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
   skref_gemm(&oa, &ob, 1.0, ref, abs_sum);
   void *dx, *dout, *ws;
-  CUDA_OK(cudaMalloc(&dx, m * k * 2));
-  CUDA_OK(cudaMemcpy(dx, x, m * k * 2, cudaMemcpyHostToDevice));
+  dx = gpu_upload(x, m * k * 2);
   dev_operand dw;
   upload_operand(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, wc, wsc, &dw);
-  CUDA_OK(cudaMalloc(&dout, m * n * 2));
-  CUDA_OK(cudaMemset(dout, 0xff, m * n * 2));
+  dout = gpu_poisoned(m * n * 2);
   size_t wsb = sk_gemm_mxfp8_linear_workspace_bytes(m, n, k);
-  CUDA_OK(cudaMalloc(&ws, wsb));
-  CUDA_OK(cudaMemset(ws, 0, wsb));
+  ws = gpu_zeroed(wsb);
   int64_t xs_shape[2] = {m, k}, os[2] = {m, n};
   DLTensor tx = tu_device_tensor(dx, out_dt[0], 2, xs_shape), to = tu_device_tensor(dout, out_dt[0], 2, os);
   SK_OK_OR_FAIL(sk_gemm_mxfp8_linear(&tx, &dw.tc, &dw.ts, NULL, &to, ws, wsb, NULL));
@@ -331,8 +323,7 @@ static void check_linear_fused(bool fused, size_t m, size_t n, size_t k, int o, 
   upload_operand(SKREF_GEMM_MXFP8, SKREF_GEMM_B, n, k, wc, wsc, &dw);
   const size_t ob_sz = o == 2 ? 4 : 2, swz = sk_swizzled_scale_bytes((int64_t)m, (int64_t)k / 32);
   void *dx, *dq, *dqs, *d1, *d2, *ws1, *ws2;
-  CUDA_OK(cudaMalloc(&dx, m * k * 2));
-  CUDA_OK(cudaMemcpy(dx, x, m * k * 2, cudaMemcpyHostToDevice));
+  dx = gpu_upload(x, m * k * 2);
   CUDA_OK(cudaMalloc(&dq, m * k));
   CUDA_OK(cudaMalloc(&dqs, swz));
   CUDA_OK(cudaMalloc(&d1, m * n * ob_sz));
@@ -431,8 +422,7 @@ Test(gpu_gemm, graph_replay_after_prewarm_and_freeze, .init = setup, .fini = tea
   void *dc, *ws;
   size_t wsb = sk_gemm_workspace_bytes(SK_GEMM_NVFP4, m, n, k);
   CUDA_OK(cudaMalloc(&dc, m * n * 2));
-  CUDA_OK(cudaMalloc(&ws, wsb ? wsb : 256));
-  CUDA_OK(cudaMemset(ws, 0, wsb ? wsb : 256));
+  ws = gpu_zeroed(wsb ? wsb : 256);
   CUDA_OK(cudaDeviceSynchronize()); /* the runs below use a non-blocking stream */
   int64_t cs[2] = {m, n};
   DLTensor tc = tu_device_tensor(dc, out_dt[0], 2, cs);
@@ -478,8 +468,7 @@ Test(gpu_gemm, block_fp8_linear_matches_quantize_then_reference, .init = setup, 
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_block_fp8_linear_scratch_spec(plan, &spec));
   void *scratch;
-  CUDA_OK(cudaMalloc(&scratch, spec.bytes));
-  CUDA_OK(cudaMemset(scratch, 0, spec.bytes));
+  scratch = gpu_zeroed(spec.bytes);
   uint8_t *wc = malloc(n * k);
   void *wsc = malloc(skref_gemm_scale_bytes(SKREF_GEMM_BLOCK_FP8, SKREF_GEMM_B, n, k));
   skref_gemm_random_operand(SKREF_GEMM_BLOCK_FP8, SKREF_GEMM_B, n, k, &rng, wc, wsc);
@@ -497,10 +486,8 @@ Test(gpu_gemm, block_fp8_linear_matches_quantize_then_reference, .init = setup, 
     double *ref = malloc(m * n * 8), *abs_sum = malloc(m * n * 8);
     skref_gemm(&oa, &ob, 1.0, ref, abs_sum);
     void *dx, *dout;
-    CUDA_OK(cudaMalloc(&dx, m * k * 2));
-    CUDA_OK(cudaMemcpy(dx, x, m * k * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMalloc(&dout, m * n * 2));
-    CUDA_OK(cudaMemset(dout, 0xff, m * n * 2));
+    dx = gpu_upload(x, m * k * 2);
+    dout = gpu_poisoned(m * n * 2);
     int64_t xs_shape[2] = {(int64_t)m, (int64_t)k}, os[2] = {(int64_t)m, (int64_t)n};
     DLTensor tx = tu_device_tensor(dx, out_dt[0], 2, xs_shape), to = tu_device_tensor(dout, out_dt[0], 2, os);
     sk_binding b;
@@ -595,8 +582,7 @@ Test(gpu_gemm, one_shot_memo_is_thread_safe, .init = setup, .fini = teardown, .t
       th[t].shape[mi][0] = (int64_t)ms[mi];
       th[t].shape[mi][1] = (int64_t)n;
       for (int r = 0; r < MEMO_RECIPES; r++) {
-        CUDA_OK(cudaMalloc(&th[t].out[r][mi], ms[mi] * n * 2));
-        CUDA_OK(cudaMemset(th[t].out[r][mi], 0xff, ms[mi] * n * 2)); /* NaN poison */
+        th[t].out[r][mi] = gpu_poisoned(ms[mi] * n * 2); /* NaN poison */
       }
     }
   }

@@ -22,38 +22,6 @@ static void teardown(void) { tu_rmrf(dir); free(dir); }
 #define BF ((DLDataType){kDLBfloat, 16, 1})
 #define F32 ((DLDataType){kDLFloat, 32, 1})
 
-/* upload, poisoned and zeroed wait for the device before they return: some tests run the op on a
- * non-blocking stream, which does not wait for the legacy stream's memset or for the DMA that a
- * pageable cudaMemcpy may still be doing. Without it a late poison could overwrite outputs (a
- * graph test once found its eager outputs differing from the replays) or the fused decode could
- * find its counters not yet zero. */
-static void *upload(const void *h, size_t n) {
-  void *d;
-  CUDA_OK(cudaMalloc(&d, n));
-  CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaDeviceSynchronize());
-  return d;
-}
-static void *poisoned(size_t n) {
-  void *d;
-  CUDA_OK(cudaMalloc(&d, n));
-  CUDA_OK(cudaMemset(d, 0xff, n)); /* NaN in bf16 and fp32: an unwritten element never passes */
-  CUDA_OK(cudaDeviceSynchronize());
-  return d;
-}
-static void *zeroed(size_t n) {
-  void *d;
-  CUDA_OK(cudaMalloc(&d, n));
-  CUDA_OK(cudaMemset(d, 0, n));
-  CUDA_OK(cudaDeviceSynchronize());
-  return d;
-}
-static void *download(const void *d, size_t n) {
-  void *h = malloc(n);
-  CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
-  return h;
-}
-
 static void fill_bf16(skref_rng *r, uint16_t *p, size_t n, double sd) {
   for (size_t i = 0; i < n; i++) p[i] = skref_mhc_double_to_bf16(sd * skref_rng_normal(r));
 }
@@ -94,11 +62,11 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
   SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
-  void *scratch = zeroed(spec.bytes); /* once: the fused decode counters start at zero */
-  void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dpp = upload(pp, (size_t)t * 16),
-       *dpc = upload(pc, (size_t)t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dfnp = upload(fnp, (size_t)24 * h * 4),
-       *dscale = upload(scale, 12), *dbase = upload(base, 96),
-       *dw = nw == SK_MHC_NORM_NONE ? NULL : upload(wh, (size_t)h * (nw == SK_MHC_NORM_BF16 ? 2 : 4));
+  void *scratch = gpu_zeroed(spec.bytes); /* once: the fused decode counters start at zero */
+  void *dx = gpu_upload(x, th * 2), *dres = gpu_upload(res, t4h * 2), *dpp = gpu_upload(pp, (size_t)t * 16),
+       *dpc = gpu_upload(pc, (size_t)t * 64), *dfn = gpu_upload(fn, (size_t)96 * h * 4), *dfnp = gpu_upload(fnp, (size_t)24 * h * 4),
+       *dscale = gpu_upload(scale, 12), *dbase = gpu_upload(base, 96),
+       *dw = nw == SK_MHC_NORM_NONE ? NULL : gpu_upload(wh, (size_t)h * (nw == SK_MHC_NORM_BF16 ? 2 : 4));
   int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h},
           s_fnp[2] = {24, h}, s_3[1] = {3}, s_24[1] = {24}, s_w[1] = {h};
   DLTensor tx = tu_device_tensor(dx, BF, 2, s_x), tres = tu_device_tensor(dres, BF, 3, s_r), tpp = tu_device_tensor(dpp, F32, 2, s_p),
@@ -112,13 +80,13 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
 
   /* post */
   {
-    void *dout = poisoned(t4h * 2);
+    void *dout = gpu_poisoned(t4h * 2);
     DLTensor to = tu_device_tensor(dout, BF, 3, s_r);
     sk_binding b;
     SK_OK_OR_FAIL(sk_mhc_bind_post(plan, &tx, &tres, &tpp, &tpc, &to, &b));
     SK_OK_OR_FAIL(sk_mhc_run(plan, &b, NULL));
     CUDA_OK(cudaDeviceSynchronize());
-    uint16_t *out = download(dout, t4h * 2);
+    uint16_t *out = gpu_download(dout, t4h * 2);
     skref_mhc_post(t, h, x, res, pp, pc, ref4);
     skref_mhc_post_magnitude(t, h, x, res, pp, pc, mag4);
     for (size_t i = 0; i < t4h; i++)
@@ -132,7 +100,7 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
   }
   /* pre and post_pre */
   for (int entry = 0; entry < 2; entry++) {
-    void *dro = poisoned(t4h * 2), *dy = poisoned(th * 2), *dpo = poisoned((size_t)t * 16), *dco = poisoned((size_t)t * 64);
+    void *dro = gpu_poisoned(t4h * 2), *dy = gpu_poisoned(th * 2), *dpo = gpu_poisoned((size_t)t * 16), *dco = gpu_poisoned((size_t)t * 64);
     DLTensor tro = tu_device_tensor(dro, BF, 3, s_r), ty = tu_device_tensor(dy, BF, 2, s_x), tpo = tu_device_tensor(dpo, F32, 2, s_p),
              tco = tu_device_tensor(dco, F32, 3, s_c);
     sk_binding b;
@@ -144,8 +112,8 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
     SK_OK_OR_FAIL(sk_mhc_run(plan, &b, NULL));
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
-    uint16_t *ro = download(dro, t4h * 2), *y = download(dy, th * 2);
-    float *po = download(dpo, (size_t)t * 16), *cm = download(dco, (size_t)t * 64);
+    uint16_t *ro = gpu_download(dro, t4h * 2), *y = gpu_download(dy, th * 2);
+    float *po = gpu_download(dpo, (size_t)t * 16), *cm = gpu_download(dco, (size_t)t * 64);
     const char *name = entry == 0 ? "pre" : "post_pre";
     if (entry == 0) {
       for (size_t i = 0; i < th; i++)
@@ -275,11 +243,11 @@ static void fused_matches_two_launches(int h, int t, sk_mhc_norm_weight nw, skre
   fill_f32(r, sc, 3, 0.5, 1.5);
   fill_f32(r, ba, 24, -0.5, 0.5);
   skref_mhc_sum_fn_streams(h, fn, fnp);
-  void *dx = upload(x, th * 2), *dres = upload(res, t4h * 2), *dpp = upload(pp, (size_t)t * 16),
-       *dpc = upload(pc, (size_t)t * 64), *dfn = upload(fn, (size_t)96 * h * 4), *dfnp = upload(fnp, (size_t)24 * h * 4),
-       *dsc = upload(sc, 12), *dba = upload(ba, 96),
-       *dw = nw == SK_MHC_NORM_NONE ? NULL : nw == SK_MHC_NORM_BF16 ? upload(wb, (size_t)h * 2) : upload(wf, (size_t)h * 4),
-       *dout = poisoned(out_bytes);
+  void *dx = gpu_upload(x, th * 2), *dres = gpu_upload(res, t4h * 2), *dpp = gpu_upload(pp, (size_t)t * 16),
+       *dpc = gpu_upload(pc, (size_t)t * 64), *dfn = gpu_upload(fn, (size_t)96 * h * 4), *dfnp = gpu_upload(fnp, (size_t)24 * h * 4),
+       *dsc = gpu_upload(sc, 12), *dba = gpu_upload(ba, 96),
+       *dw = nw == SK_MHC_NORM_NONE ? NULL : nw == SK_MHC_NORM_BF16 ? gpu_upload(wb, (size_t)h * 2) : gpu_upload(wf, (size_t)h * 4),
+       *dout = gpu_poisoned(out_bytes);
   int64_t s_x[2] = {t, h}, s_r[3] = {t, 4, h}, s_p[2] = {t, 4}, s_c[3] = {t, 4, 4}, s_fn[2] = {24, 4 * h},
           s_fnp[2] = {24, h}, s_3[1] = {3}, s_24[1] = {24}, s_w[1] = {h};
   char *o = dout;
@@ -298,7 +266,7 @@ static void fused_matches_two_launches(int h, int t, sk_mhc_norm_weight nw, skre
   unsetenv("SPARKINFER_MHC_FUSED_DECODE");
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_mhc_scratch_spec(plans[0], &spec));
-  void *scratch = zeroed(spec.bytes);
+  void *scratch = gpu_zeroed(spec.bytes);
   int fused = 1;
   for (int entry = 0; entry < 2 && fused; entry++) {
     uint8_t *outs[2] = {NULL, NULL};
@@ -322,7 +290,7 @@ static void fused_matches_two_launches(int h, int t, sk_mhc_norm_weight nw, skre
         SK_OK_OR_FAIL(sk_mhc_run(plans[k], &b, NULL));
         CUDA_OK(cudaGetLastError());
         CUDA_OK(cudaDeviceSynchronize());
-        uint8_t *got = download(dout, out_bytes);
+        uint8_t *got = gpu_download(dout, out_bytes);
         if (rep == 0) outs[k] = got;
         else {
           if (memcmp(got, outs[k], out_bytes))
@@ -349,7 +317,7 @@ static void fused_matches_two_launches(int h, int t, sk_mhc_norm_weight nw, skre
     free(outs[1]);
   }
   /* The counters (a u32 per token from the first 1024-byte boundary after the partial rows) are zero again. */
-  uint8_t *scr = download(scratch, spec.bytes);
+  uint8_t *scr = gpu_download(scratch, spec.bytes);
   const size_t base = (size_t)(-(uintptr_t)scratch & 1023),
                counters = base + (((size_t)t * (h / 256) * 144 + 1023) & ~(size_t)1023);
   for (int i = 0; i < t; i++) {
@@ -422,10 +390,10 @@ static void post_pre_io_make(post_pre_io *io, skref_rng *r, int h, int t) {
   fill_f32(r, ba, 24, -0.5, 0.5);
   const void *host[8] = {x, res, w, pp, pc, fn, sc, ba};
   const size_t bytes[8] = {th * 2, t4h * 2, (size_t)h * 2, (size_t)t * 16, (size_t)t * 64, (size_t)96 * h * 4, 12, 96};
-  for (int i = 0; i < 8; i++) io->dev[i] = upload(host[i], bytes[i]);
+  for (int i = 0; i < 8; i++) io->dev[i] = gpu_upload(host[i], bytes[i]);
   free(x); free(res); free(w); free(pp); free(pc); free(fn);
   io->out_bytes = t4h * 2 + th * 2 + (size_t)t * 16 + (size_t)t * 64;
-  io->out = poisoned(io->out_bytes);
+  io->out = gpu_poisoned(io->out_bytes);
   const int64_t shapes[][3] = {{t, h}, {t, 4, h}, {t, 4}, {t, 4, 4}, {24, 4 * (int64_t)h}, {24, h}, {3}, {24}, {h}};
   memcpy(io->s_x, shapes[0], 16); memcpy(io->s_r, shapes[1], 24); memcpy(io->s_p, shapes[2], 16);
   memcpy(io->s_c, shapes[3], 24); memcpy(io->s_fn, shapes[4], 16); memcpy(io->s_fnp, shapes[5], 16);
@@ -466,7 +434,7 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   cr_assert_eq(sk_mhc_plan_create(&cold, &cp), SK_ERR_KERNEL_RESOLUTION_FROZEN);
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
-  void *scratch = zeroed(spec.bytes);
+  void *scratch = gpu_zeroed(spec.bytes);
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   /* One plan, every partial variant (resolved before the freeze): post_pre at T 5 scalar (one
@@ -490,7 +458,7 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
     }
     SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
     CUDA_OK(cudaStreamSynchronize(s));
-    uint8_t *eager = download(dout, out_bytes);
+    uint8_t *eager = gpu_download(dout, out_bytes);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -501,7 +469,7 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
       CUDA_OK(cudaMemsetAsync(dout, 0xff, out_bytes, s));
       CUDA_OK(cudaGraphLaunch(ge, s));
       CUDA_OK(cudaStreamSynchronize(s));
-      uint8_t *rp = download(dout, out_bytes);
+      uint8_t *rp = gpu_download(dout, out_bytes);
       size_t at = 0, differing = 0;
       for (size_t i = 0; i < out_bytes; i++)
         if (rp[i] != eager[i]) differing += 1, at = differing == 1 ? i : at;
@@ -555,14 +523,14 @@ Test(gpu_mhc, post_pre_partial_variants_are_bit_identical, .init = setup, .fini 
       SK_OK_OR_FAIL(sk_mhc_plan_create(&caps, &plan));
       sk_scratch_spec spec;
       SK_OK_OR_FAIL(sk_mhc_scratch_spec(plan, &spec));
-      void *scratch = zeroed(spec.bytes);
+      void *scratch = gpu_zeroed(spec.bytes);
       sk_binding b;
       SK_OK_OR_FAIL(sk_mhc_bind_post_pre(plan, &io.x, &io.res, &io.pp, &io.pc, &io.fn, &io.sc, &io.ba, &io.w, &io.ro,
                                          &io.y, &io.po, &io.co, scratch, spec.bytes, &b));
       CUDA_OK(cudaMemsetAsync(dout, 0xff, out_bytes, s));
       SK_OK_OR_FAIL(sk_mhc_run(plan, &b, s));
       CUDA_OK(cudaStreamSynchronize(s));
-      uint8_t *got = download(dout, out_bytes);
+      uint8_t *got = gpu_download(dout, out_bytes);
       if (!first) {
         first = got;
         /* The reference variant wrote every output (no poison left): y, post and comb are finite. */

@@ -245,10 +245,10 @@ Test(gpu_quant, multi_chunk_tails_bit_exact, .init = setup, .fini = teardown, .t
                case_failures);
 }
 
-/* The rows kernels launched directly: grids the host never picks (1, 2, 3, around and past the
- * unit count of kernel_src/quantization/split.cuh), ld_x > K, and the in-CTA global scale mode
- * (nvfp4_rows GS_MODE 2, grid 1), against the reference with the same ld. */
-static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int layout, int gs_mode, int grid,
+/* The rows kernels launched directly: 2-D grids the host never picks (fewer and more CTA columns
+ * than k-tiles and rows than slabs of kernel_src/quantization/split.cuh), ld_x > K, and the in-CTA
+ * global scale mode (nvfp4_rows GS_MODE 2, grid 1 x 1), against the reference with the same ld. */
+static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int layout, int gs_mode, sk_dim3 grid,
                         skref_rng *rng, uint64_t seed) {
   const int block = nvfp4 ? 16 : 32;
   const size_t n = (size_t)m * (size_t)ld, vbytes = (size_t)m * (size_t)(nvfp4 ? k / 2 : k), cols = (size_t)(k / block);
@@ -277,7 +277,7 @@ static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int lay
   int np = 0;
   void *nargs[] = {(void *)&px, &ld, &m, &k, &io.dv, &io.ds, &io.dr, &io.dgs, (void *)&partials, &np};
   void *margs[] = {(void *)&px, &ld, &m, &k, &io.dv, &io.ds, &io.dr};
-  SK_OK_OR_FAIL(sk_kernel_launch(kern, (sk_dim3){(unsigned)grid, 1, 1}, (sk_dim3){256, 1, 1}, 0, NULL,
+  SK_OK_OR_FAIL(sk_kernel_launch(kern, grid, (sk_dim3){256, 1, 1}, 0, NULL,
                                  nvfp4 ? nargs : margs));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
@@ -288,8 +288,8 @@ static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int lay
                      : nvfp4 && gs_mode == 2 && skref_f32_bits(io.got_gs) != skref_f32_bits(ref_gs) ? "global scale"
                                                                      : NULL;
   if (what)
-    CASE_FAIL("seed %llu %s direct M=%d K=%d ld=%d layout %d gs mode %d grid %d: %s differ", (unsigned long long)seed,
-              nvfp4 ? "nvfp4" : "mxfp8", m, k, ld, layout, gs_mode, grid, what);
+    CASE_FAIL("seed %llu %s direct M=%d K=%d ld=%d layout %d gs mode %d grid (%u, %u): %s differ",
+              (unsigned long long)seed, nvfp4 ? "nvfp4" : "mxfp8", m, k, ld, layout, gs_mode, grid.x, grid.y, what);
   quant_io_free(&io);
   free(hx); free(rv); free(rs); free(rr);
 }
@@ -304,12 +304,16 @@ Test(gpu_quant, direct_launch_any_grid_ld_and_in_cta, .init = setup, .fini = tea
   for (size_t a = 0; a < sizeof tm / sizeof tm[0]; a++)
     for (int kind = 0; kind < 2; kind++)
       for (size_t b = 0; b < 3; b++, i++) {
-        const int m = tm[a], k = kind ? tk4[b] : tk8[b], units = sk_qsplit_units(m, k / 8, kind ? 2 : 4);
-        const int grids[] = {1, 2, 3, units > 1 ? units - 1 : 1, units + 1, 3 * units + 1};
+        const int m = tm[a], k = kind ? tk4[b] : tk8[b], bc = kind ? 2 : 4;
+        const unsigned kt = (unsigned)sk_qsplit_k_tiles(k / 8, bc), slabs = (unsigned)sk_qsplit_slabs(m, bc);
+        const sk_dim3 grids[] = {{1, 1, 1},          {2, 3, 1},           {3, 1, 1},
+                                 {kt > 1 ? kt - 1 : 1, slabs > 1 ? slabs - 1 : 1, 1},
+                                 {kt + 1, 2, 1},     {kt, 3 * slabs + 1, 1}};
         for (int g = 0; g < 6; g++)
           direct_case(kind, i % 2 ? SKREF_FP16 : SKREF_BF16, m, k, k + (g % 2 ? 72 : 8), 1 + (i + g) % 3, 0, grids[g],
                       &rng, seed);
-        if (kind) direct_case(1, i % 2 ? SKREF_BF16 : SKREF_FP16, m, k, k + 8, 1 + i % 3, 2, 1, &rng, seed);
+        if (kind)
+          direct_case(1, i % 2 ? SKREF_BF16 : SKREF_FP16, m, k, k + 8, 1 + i % 3, 2, (sk_dim3){1, 1, 1}, &rng, seed);
       }
   cr_assert_eq(case_failures, 0, "seed %llu: %d mismatching outputs (MISMATCH lines above)", (unsigned long long)seed,
                case_failures);
