@@ -21,9 +21,6 @@ SK_API sk_status sk_mxfp8_bind(const sk_quant_plan *p, const DLTensor *x, const 
   sk_binding b;
   int64_t m;
   SK_TRY(quant_bind_common(p, x, values, scales_swizzled, scales_rows, &b, &m));
-  const sk_dim3 grid = quant_grid(p, m);
-  b.dim[2] = grid.x;
-  b.dim[4] = grid.y;
   *out = b;
   return SK_OK;
 }

@@ -26,9 +26,6 @@ SK_API sk_status sk_nvfp4_bind(const sk_quant_plan *p, const DLTensor *x, const 
   SK_TRY(sk_check_tensor(p->op, global_scale, &gs, &b.ptr[4]));
   void *views[8] = {0};
   SK_TRY(sk_scratch_bind(p->op, &p->scratch, scratch, scratch_bytes, views));
-  const sk_dim3 grid = quant_grid(p, m);
-  b.dim[2] = grid.x;
-  b.dim[4] = grid.y;
   if (p->caps.global_scale == SK_GLOBAL_SCALE_GIVEN) {
     b.dim[1] = MODE_GIVEN;
   } else {

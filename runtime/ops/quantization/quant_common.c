@@ -165,6 +165,9 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
   b->ptr[2] = psw;
   b->ptr[3] = prow;
   b->dim[0] = m;
+  const sk_dim3 grid = quant_grid(p, m); /* the rows kernel's: x in dim[2], y in dim[4] */
+  b->dim[2] = grid.x;
+  b->dim[4] = grid.y;
   *m_out = m;
   return SK_OK;
 }

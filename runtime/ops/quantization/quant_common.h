@@ -45,7 +45,8 @@ struct cJSON *quant_caps_to_json(const sk_quant_caps *caps);
 sk_status quant_caps_from_json(const struct cJSON *j, sk_quant_caps *caps);
 sk_status quant_build_requests(quant_kind kind, const struct cJSON *caps, const char *arch, sk_request_list *out);
 bool quant_is_supported(quant_kind kind, const char *arch);
-/* Bind the parts both ops share (x, values, scales); returns M and fills ptr[0..3]. */
+/* Bind the parts both ops share (x, values, scales); returns M and fills ptr[0..3], dim[0] (M)
+ * and dim[2] / dim[4] (the rows kernel's grid x / y, quant_grid). */
 sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLTensor *values,
                             const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
                             int64_t *m_out);
