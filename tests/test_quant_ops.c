@@ -84,6 +84,9 @@ Test(quant_ops, offline_plan_binds_and_rejects_bad_tensors, .init = setup, .fini
   void *scratch = (void *)0x600000;
   sk_binding b;
   cr_assert_eq(sk_nvfp4_bind(p, &x, &v, &s, &r, &g, scratch, spec.bytes, &b), SK_OK, "%s", sk_last_error_message());
+  /* The rows kernel's 2-D grid (kernel_src/quantization/split.cuh): 64 k-tiles of 64 values, and
+   * 2 slabs of 128 rows at one unit per CTA (128 units, fewer than 4 CTAs per SM). */
+  cr_assert(b.dim[2] == 64 && b.dim[4] == 2, "grid (%lld, %lld)", (long long)b.dim[2], (long long)b.dim[4]);
 
   /* Each bad input is refused with a status and a message naming the tensor. */
   bad_bind bad[12];
@@ -135,6 +138,8 @@ Test(quant_ops, mxfp8_offline_plan_and_bind, .init = setup, .fini = teardown) {
            r = tu_fake_device_tensor(0x300000, U8, 2, rs);
   sk_binding b;
   cr_assert_eq(sk_mxfp8_bind(p, &x, &v, NULL, &r, NULL, 0, &b), SK_OK, "%s", sk_last_error_message());
+  /* 56 k-tiles of 128 values; M = 3 is one band, 2 slabs of 16 row-group rows (mxfp8 units). */
+  cr_assert(b.dim[2] == 56 && b.dim[4] == 2, "grid (%lld, %lld)", (long long)b.dim[2], (long long)b.dim[4]);
   cr_assert_eq(sk_mxfp8_bind(p, &x, &v, &r, &r, NULL, 0, &b), SK_ERR_INVALID_ARGUMENT, "swizzled scales not in plan");
   sk_quant_plan *np;
   sk_quant_caps nc = caps_nvfp4();
