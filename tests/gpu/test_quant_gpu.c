@@ -54,16 +54,11 @@ typedef struct quant_io {
 static void quant_io_alloc(quant_io *io, const uint16_t *hx, size_t x_bytes, size_t vbytes, size_t swz, size_t rowsz,
                            int layout) {
   *io = (quant_io){.vbytes = vbytes, .swz = swz, .rowsz = rowsz};
-  CUDA_OK(cudaMalloc(&io->dx, x_bytes));
-  CUDA_OK(cudaMalloc(&io->dv, vbytes));
-  if (layout & 1) CUDA_OK(cudaMalloc(&io->ds, swz));
-  if (layout & 2) CUDA_OK(cudaMalloc(&io->dr, rowsz));
-  CUDA_OK(cudaMalloc(&io->dgs, 4));
-  CUDA_OK(cudaMemcpy(io->dx, hx, x_bytes, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(io->dv, 0xA5, vbytes));
-  if (io->ds) CUDA_OK(cudaMemset(io->ds, 0xA5, swz));
-  if (io->dr) CUDA_OK(cudaMemset(io->dr, 0xA5, rowsz));
-  CUDA_OK(cudaMemset(io->dgs, 0xA5, 4));
+  io->dx = gpu_upload(hx, x_bytes);
+  io->dv = gpu_filled(vbytes, 0xA5);
+  if (layout & 1) io->ds = gpu_filled(swz, 0xA5);
+  if (layout & 2) io->dr = gpu_filled(rowsz, 0xA5);
+  io->dgs = gpu_filled(4, 0xA5);
 }
 
 static void quant_io_read(quant_io *io) {
@@ -366,11 +361,9 @@ Test(gpu_quant, graph_capture_after_freeze_is_bit_exact, .init = setup, .fini = 
   void *dx, *out, *scratch;
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_quant_scratch_spec(np, &spec));
-  CUDA_OK(cudaMalloc(&dx, n * 2));
+  dx = gpu_upload(hx, n * 2); /* gpu_upload waits: the stream below is non-blocking */
   CUDA_OK(cudaMalloc(&out, total + 64));
   CUDA_OK(cudaMalloc(&scratch, spec.bytes));
-  CUDA_OK(cudaMemcpy(dx, hx, n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaDeviceSynchronize()); /* a pageable copy's DMA may still run; the stream below is non-blocking */
   uint8_t *o = out;
   uint8_t *v4 = o, *s4 = v4 + n / 2, *r4 = s4 + swz4, *v8 = r4 + (size_t)m * (k / 16), *s8 = v8 + n,
           *r8 = s8 + swz8, *gs = (uint8_t *)(((uintptr_t)(r8 + (size_t)m * (k / 32)) + 15) & ~(uintptr_t)15);

@@ -28,11 +28,7 @@ Test(gpu_runtime, resolve_and_launch_scale_kernel, .init = setup, .fini = teardo
   unsigned seed = (unsigned)time(NULL);
   float *hx = malloc(n * sizeof(float)), *hy = malloc(n * sizeof(float));
   for (int i = 0; i < n; i++) hx[i] = frand(&seed);
-  float *dx, *dy;
-  CUDA_OK(cudaMalloc((void **)&dx, n * sizeof(float)));
-  CUDA_OK(cudaMalloc((void **)&dy, n * sizeof(float)));
-  CUDA_OK(cudaMemcpy(dx, hx, n * sizeof(float), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(dy, 0xff, n * sizeof(float))); /* poison: NaN everywhere */
+  float *dx = gpu_upload(hx, n * sizeof(float)), *dy = gpu_poisoned(n * sizeof(float)); /* NaN everywhere */
   sk_kernel_request r = {"test.scale", "test/scale.cuh", "sk_test::scale<float, 256>", "dtype=f32", NULL, NULL, 0, 0};
   sk_kernel *k;
   SK_OK_OR_FAIL(sk_kernel_resolve(&r, &k));
@@ -63,11 +59,8 @@ Test(gpu_runtime, graph_capture_after_freeze, .init = setup, .fini = teardown) {
   unsigned seed = (unsigned)time(NULL) ^ 77u;
   float *hx = malloc(n * sizeof(float)), *eager = malloc(n * sizeof(float)), *replay = malloc(n * sizeof(float));
   for (int i = 0; i < n; i++) hx[i] = frand(&seed);
-  float *dx, *dy;
-  CUDA_OK(cudaMalloc((void **)&dx, n * sizeof(float)));
+  float *dx = gpu_upload(hx, n * sizeof(float)), *dy; /* gpu_upload waits: the stream below is non-blocking */
   CUDA_OK(cudaMalloc((void **)&dy, n * sizeof(float)));
-  CUDA_OK(cudaMemcpy(dx, hx, n * sizeof(float), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaDeviceSynchronize()); /* a pageable copy's DMA may still run; the stream below is non-blocking */
   sk_kernel_request r = {"test.scale", "test/scale.cuh", "sk_test::scale<float, 128>", "dtype=f32", NULL, NULL, 0, 0};
   sk_kernel *k;
   SK_OK_OR_FAIL(sk_kernel_resolve(&r, &k)); /* warm-up */

@@ -30,7 +30,7 @@ sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *str
   void *values = b->ptr[1], *sw = b->ptr[2], *rows = b->ptr[3];
   int ld = (int)p->caps.k, m = (int)b->dim[0], k = (int)p->caps.k;
   void *args[] = {(void *)&x, &ld, &m, &k, &values, &sw, &rows};
-  return sk_kernel_launch_ex(p->kernels[QK_ROWS_GIVEN], (sk_dim3){(unsigned)b->dim[2], (unsigned)b->dim[4], 1},
+  return sk_kernel_launch_ex(p->kernels[QK_ROWS_GIVEN], quant_bound_grid(b),
                              (sk_dim3){QUANT_THREADS, 1, 1}, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 

@@ -54,7 +54,7 @@ sk_status quant_nvfp4_run(const sk_quant_plan *p, const sk_binding *b, void *str
                                SK_LAUNCH_OVERLAP_PREVIOUS));
   }
   void *args[] = {(void *)&x, &ld, &m, &k, &values, &sw, &rows, &gs, &partials, &np};
-  return sk_kernel_launch_ex(rows_kernel, (sk_dim3){(unsigned)b->dim[2], (unsigned)b->dim[4], 1}, block, 0, stream, args,
+  return sk_kernel_launch_ex(rows_kernel, quant_bound_grid(b), block, 0, stream, args,
                              SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 

@@ -51,6 +51,10 @@ sk_status quant_bind_common(const sk_quant_plan *p, const DLTensor *x, const DLT
                             const DLTensor *scales_swizzled, const DLTensor *scales_rows, sk_binding *b,
                             int64_t *m_out);
 
+/* The rows kernel's grid that quant_bind_common stored in a binding. */
+static inline sk_dim3 quant_bound_grid(const sk_binding *b) {
+  return (sk_dim3){(unsigned)b->dim[2], (unsigned)b->dim[4], 1};
+}
 /* Grid of the rows kernels (sk_qsplit_grid_y, kernel_src/quantization/split.cuh): units of 128
  * rows x one k-tile (QUANT_CHUNKS_PER_STEP chunks per thread each); x = the k-tiles, y = the slabs
  * over about chunks_per_thread / 4 units per CTA (SPARKINFER_QUANT_CHUNKS_PER_THREAD; never fewer
