@@ -98,11 +98,15 @@ $(STLIB): $(LIB_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+# Header dependencies of the binaries compiled and linked in one step (tools, tests, benches),
+# kept out of their output folders (tools/gpu-run.sh runs everything in build/bench).
+BIN_DEPFLAGS = -MMD -MP -MF $(BUILD)/deps/$(subst /,_,$@).d
+
 # ---- tools -------------------------------------------------------------------------------
 tools: $(TOOL_BINS)
 $(BUILD)/bin/sk-%: tools/sk-%.c $(STLIB)
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
+	@mkdir -p $(@D) $(BUILD)/deps
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
 
 # ---- tests -------------------------------------------------------------------------------
 $(BUILD)/lib/libskref.a: $(REF_OBJS)
@@ -115,20 +119,20 @@ $(BUILD)/lib/libskref_mhc.so: tests/ref/mhc.c tests/ref/mhc.h
 	$(CC) $(ALL_CFLAGS) -Itests -fPIC -shared -o $@ $< -lm
 
 $(BUILD)/tests/helpers/%: tests/helpers/%.c $(STLIB)
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
+	@mkdir -p $(@D) $(BUILD)/deps
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
 
 $(BUILD)/tests/test_%: tests/test_%.c $(STLIB) $(BUILD)/lib/libskref.a
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion $(LDLIBS)
+	@mkdir -p $(@D) $(BUILD)/deps
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion $(LDLIBS)
 
 $(BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(STLIB) $(BUILD)/lib/libskref.a
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion -lcudart_static -lrt $(LDLIBS)
+	@mkdir -p $(@D) $(BUILD)/deps
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion -lcudart_static -lrt $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(STLIB) $(BUILD)/lib/libskref.a
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcudart_static -lrt $(LDLIBS)
+	@mkdir -p $(@D) $(BUILD)/deps
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcudart_static -lrt $(LDLIBS)
 
 test: lib tools $(TEST_BINS) $(HELPER_BINS)
 	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(TEST_BINS)
@@ -176,4 +180,4 @@ install: lib tools
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/deps -name '*.d' 2>/dev/null)

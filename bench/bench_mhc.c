@@ -6,7 +6,9 @@
  * graph, GPU time without the host's launch cost); random data. SK_BENCH_H=7168 SK_BENCH_T=1,4096 keep only those rows.
  * For T <= 8, "pre/2-launch" and "post_pre/2-launch" rows time the same entry points with
  * SPARKINFER_MHC_FUSED_DECODE=0 (scalar partial + finalize) next to the fused decode launch.
- * SK_BENCH_SINKHORN=N plans N Sinkhorn rounds instead of 20 (how much the finalize's comb costs). */
+ * SK_BENCH_SINKHORN=N plans N Sinkhorn rounds instead of 20 (how much the finalize's comb costs).
+ * "% of same-size copy": a cudaMemcpy moving the same bytes (bench_copy_us), its graph time over
+ * the entry's graph time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +51,10 @@ int main(void) {
   DLDataType bf = {kDLBfloat, 16, 1}, f32 = {kDLFloat, 32, 1};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  printf("| entry | H | T | us/run | graph us/run | GB/s | %% of 4300 GB/s |\n|---|---|---|---|---|---|---|\n");
+  /* The largest call moves what post_pre moves at the largest H and T. */
+  bench_copy_ref copy = bench_copy_ref_open(4096.0 * 7168 * 2 * 10 + 96.0 * 7168 * 4 + 7168 * 2.0 + 4096 * 160.0);
+  printf("| entry | H | T | us/run | graph us/run | GB/s | %% of 4300 GB/s | copy graph us | %% of same-size copy (graph) |\n"
+         "|---|---|---|---|---|---|---|---|---|\n");
   for (int hi = 0; hi < 3; hi++)
     for (int ti = 0; ti < (int)(sizeof ts / sizeof ts[0]); ti++) {
       const int64_t h = hs[hi], t = ts[ti];
@@ -108,16 +113,19 @@ int main(void) {
           return 1;
         }
         const double gbs = bytes / (us * 1e-6) / 1e9;
-        printf("| %s | %lld | %lld | %.2f | %.2f | %.0f | %.0f%% |\n", name, (long long)h, (long long)t, us, graph_us, gbs,
-               gbs / 43);
-        bench_json_row(&json, "{\"entry\":\"%s\",\"h\":%lld,\"t\":%lld,\"us\":%.4f,\"graph_us\":%.4f,\"gbs\":%.1f}",
-                       name, (long long)h, (long long)t, us, graph_us, gbs);
+        const double copy_us = bench_copy_us(&copy, bytes, s, 100, 7);
+        printf("| %s | %lld | %lld | %.2f | %.2f | %.0f | %.0f%% | %.2f | %.0f%% |\n", name, (long long)h, (long long)t, us,
+               graph_us, gbs, gbs / 43, copy_us, copy_us / graph_us * 100);
+        bench_json_row(&json,
+                       "{\"entry\":\"%s\",\"h\":%lld,\"t\":%lld,\"us\":%.4f,\"graph_us\":%.4f,\"gbs\":%.1f,\"copy_graph_us\":%.4f}",
+                       name, (long long)h, (long long)t, us, graph_us, gbs, copy_us);
       }
       void *all[] = {scratch, x, res, w, fn, fnp, pp, pc, sc, ba, ro, y, po, co};
       for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cudaFree(all[i]));
       sk_mhc_plan_destroy(p);
       sk_mhc_plan_destroy(two_launch);
     }
+  bench_copy_ref_close(&copy);
   bench_json_close(&json);
   return 0;
 }

@@ -107,4 +107,54 @@ static inline double bench_graph_us(bench_call_fn call, void *ctx, cudaStream_t 
   return us < 0 ? -1 : us / calls;
 }
 
+/* The comparator for "% of same-size copy": cudaMemcpyAsync device to device of half the bytes an
+ * op moves (so the copy reads and writes the op's total), replayed from a CUDA graph like
+ * bench_graph_us (a stream of small copies is bound by the host's ~4.5 us per call, so only graph
+ * times compare at small sizes). A copy pays its own fixed cost per call (ramp, drain: ~3 us on
+ * the H200, bench/RESULTS.md), which the one 4300 GB/s figure leaves out; this is the rate a copy
+ * of that size reaches. The size is rounded up to 4 KiB: on the H200 a copy whose size is not a
+ * multiple of 4 KiB runs at ~2.75 TB/s from a graph instead of ~4.2 (run 123), a slower copy, not
+ * a fair comparator; the rounding adds at most 4 KiB. */
+typedef struct bench_copy_ref {
+  void *src, *dst;
+  size_t capacity; /* bytes per buffer */
+} bench_copy_ref;
+
+/* Buffers for copies of up to max_bytes_moved (read + write); the source is filled (not zeros). */
+static inline bench_copy_ref bench_copy_ref_open(double max_bytes_moved) {
+  bench_copy_ref r;
+  r.capacity = ((size_t)(max_bytes_moved / 2) + 4095) & ~(size_t)4095;
+  CK(cudaMalloc(&r.src, r.capacity));
+  CK(cudaMalloc(&r.dst, r.capacity));
+  CK(cudaMemset(r.src, 0x5a, r.capacity));
+  return r;
+}
+
+typedef struct bench_copy_call {
+  const bench_copy_ref *ref;
+  size_t bytes;
+} bench_copy_call;
+static inline int bench_copy_launch(void *ctx, cudaStream_t s) {
+  const bench_copy_call *c = ctx;
+  return cudaMemcpyAsync(c->ref->dst, c->ref->src, c->bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess;
+}
+
+/* Median graph microseconds per copy moving `bytes_moved` in all (<= the capacity opened), `calls`
+ * back-to-back copies per graph. Exits on failure. */
+static inline double bench_copy_us(const bench_copy_ref *ref, double bytes_moved, cudaStream_t s, int calls, int rounds) {
+  bench_copy_call c = {ref, ((size_t)(bytes_moved / 2) + 4095) & ~(size_t)4095};
+  if (c.bytes > ref->capacity) c.bytes = ref->capacity;
+  const double us = bench_graph_us(bench_copy_launch, &c, s, calls, rounds);
+  if (us < 0) {
+    fprintf(stderr, "cudaMemcpyAsync failed\n");
+    exit(1);
+  }
+  return us;
+}
+
+static inline void bench_copy_ref_close(bench_copy_ref *r) {
+  CK(cudaFree(r->src));
+  CK(cudaFree(r->dst));
+}
+
 #endif
