@@ -35,6 +35,16 @@ static void report(const char *name, double value, const char *unit, const char 
   fflush(stdout);
 }
 
+/* The sk-warm next to this build (SK_BUILD/bin), or 0 with a message saying what is missing:
+ * on the device machine build/bin travels only when the run carries it. */
+static int sk_warm_path(char *buf, size_t n) {
+  snprintf(buf, n, "%s/bin/sk-warm", tu_build_dir());
+  if (access(buf, X_OK) == 0) return 1;
+  fprintf(stderr, "bench_runtime: no executable sk-warm at %s (build it with `make tools`; carry build/bin to the device)\n",
+          buf);
+  return 0;
+}
+
 static const char *salt_opt(char *buf, size_t n, const char *tag, int i) {
   snprintf(buf, n, "-DSK_BENCH_SALT=%s_%ld_%d_%d", tag, (long)time(NULL), (int)getpid(), i);
   return buf;
@@ -100,10 +110,10 @@ int main(int argc, char **argv) {
       char cdir[700], jobs[16], warm[512];
       snprintf(cdir, sizeof cdir, "%s/warm%d", dir, v);
       snprintf(jobs, sizeof jobs, "%ld", v ? ncpu : 1L);
-      snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+      if (!sk_warm_path(warm, sizeof warm)) return 1;
       char *wargv[] = {warm, "--manifest", mpath, "--arch", arch, "--cache-dir", cdir, "-j", jobs, "--json", "--quiet", NULL};
       char *out = NULL;
-      if (tu_run(wargv, NULL, &out) != 0) { fprintf(stderr, "sk-warm failed: %s\n", out); return 1; }
+      if (tu_run(wargv, NULL, &out) != 0) { fprintf(stderr, "sk-warm failed: %s\n", out ? out : ""); return 1; }
       wall[v] = tu_json_num(out, "wall_s");
       free(out);
     }
@@ -128,7 +138,7 @@ int main(int argc, char **argv) {
                  "\"options\":[\"%s\"]}", i ? "," : "", 32 * (i + 1), s);
     fprintf(m, "]}\n");
     fclose(m);
-    snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+    if (!sk_warm_path(warm, sizeof warm)) return 1;
     char *wargv[] = {warm, "--manifest", mpath, "--arch", arch, "--cache-dir", dir, "--quiet", NULL};
     if (tu_run(wargv, NULL, NULL) != 0) { fprintf(stderr, "sk-warm failed\n"); return 1; }
     /* First GPU touch outside the timed region. */

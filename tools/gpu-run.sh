@@ -1,7 +1,8 @@
 #!/bin/bash
 # gpu-run.sh: what one call on the device machine runs (binaries are built on the dev machine
-# and carried with build/ and .devlibs/; build/gpu-cache is a kernel cache prebuilt for the
-# device's arch with sk-warm, so the lease is not spent compiling). Logs go to $OUT.
+# and carried: build/tests/gpu, build/bench, build/bin (bench_runtime runs sk-warm) and
+# .devlibs/; build/gpu-cache is a kernel cache prebuilt for the device's arch with sk-warm, so
+# the lease is not spent compiling). Logs go to $OUT.
 #   SK_TESTS   test binaries to run (default: all GPU suites)
 #   SK_BENCHES benchmark binaries (default: all)
 #   SK_PEERS   python peer scripts under bench/ to run (default: none), e.g. "peer_gemm_torch"
