@@ -34,17 +34,6 @@ static int launch_mix(void *ctx, cudaStream_t s) {
   return sk_kernel_launch(c->k, (sk_dim3){c->grid, 1, 1}, (sk_dim3){kThreads, 1, 1}, 0, s, args) != SK_OK;
 }
 
-typedef struct {
-  void *dst;
-  const void *src;
-  size_t bytes;
-} copy_call;
-
-static int launch_copy(void *ctx, cudaStream_t s) {
-  copy_call *c = ctx;
-  return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess;
-}
-
 int main(void) {
   bench_json json = bench_json_open();
   const int sms = bench_open_device();
@@ -104,8 +93,8 @@ int main(void) {
     bench_json_row(&json, "{\"reads\":%d,\"writes\":%d,\"gbs\":%.1f,\"us\":%.2f}", mixes[m].reads, mixes[m].writes, gbs,
                    us);
   }
-  copy_call cc = {arrays[kMaxArrays], arrays[0], bytes};
-  const double us = bench_stream_us(launch_copy, &cc, s, 5, 7);
+  bench_copy_call cc = {arrays[kMaxArrays], arrays[0], bytes};
+  const double us = bench_stream_us(bench_copy_launch, &cc, s, 5, 7);
   const double gbs = 2.0 * (double)bytes / (us * 1e-6) / 1e9;
   printf("| cudaMemcpy D2D | %.0f | %.0f%% | 1:1 by the driver |\n", gbs, 100.0 * gbs / copy_gbs);
   bench_json_row(&json, "{\"reads\":1,\"writes\":1,\"memcpy\":true,\"gbs\":%.1f,\"us\":%.2f}", gbs, us);

@@ -130,19 +130,21 @@ static inline bench_copy_ref bench_copy_ref_open(double max_bytes_moved) {
   return r;
 }
 
+/* One device-to-device cudaMemcpyAsync, as a bench_call_fn. */
 typedef struct bench_copy_call {
-  const bench_copy_ref *ref;
+  void *dst;
+  const void *src;
   size_t bytes;
 } bench_copy_call;
 static inline int bench_copy_launch(void *ctx, cudaStream_t s) {
   const bench_copy_call *c = ctx;
-  return cudaMemcpyAsync(c->ref->dst, c->ref->src, c->bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess;
+  return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess;
 }
 
 /* Median graph microseconds per copy moving `bytes_moved` in all (<= the capacity opened), `calls`
  * back-to-back copies per graph. Exits on failure. */
 static inline double bench_copy_us(const bench_copy_ref *ref, double bytes_moved, cudaStream_t s, int calls, int rounds) {
-  bench_copy_call c = {ref, ((size_t)(bytes_moved / 2) + 4095) & ~(size_t)4095};
+  bench_copy_call c = {ref->dst, ref->src, ((size_t)(bytes_moved / 2) + 4095) & ~(size_t)4095};
   if (c.bytes > ref->capacity) c.bytes = ref->capacity;
   const double us = bench_graph_us(bench_copy_launch, &c, s, calls, rounds);
   if (us < 0) {
