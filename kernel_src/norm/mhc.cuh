@@ -597,8 +597,8 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32
 //     into the buffer MMA(i-1) released, stages - 2 groups ahead of the mix-back.
 //
 // One segment of a CTA's work: tokens [first, end) of tile `tile` (first a multiple of 16), from
-// an empty pipeline to an empty one. segment_start issues its first stages - 1 groups and loads
-// its tile's fn fragments into b; segment_run runs the groups. Two functions so that the first
+// an empty pipeline to an empty one. segment_start loads its tile's fn fragments into b (the fn
+// loads first, then its first stages - 1 groups, then the split); segment_run runs the groups. Two functions so that the first
 // segment's loads go out before the loop-invariant index math the compiler hoists in front of
 // segment_run (before that split, 300 more instructions a warp ran ahead of the fn loads: ~0.5
 // us a CTA, 3-5% at T = 128; ninety-fourth run).
