@@ -1,4 +1,5 @@
 /* runtime/jit.c - NVRTC (and nvJitLink) compilation of one kernel request into a cubin. */
+#include <cjson/cJSON.h>
 #include <nvJitLink.h>
 #include <nvrtc.h>
 #include <pthread.h>
@@ -11,8 +12,10 @@
 
 /* Always passed first; part of the key. The toolkit include path is added after these and is
  * deliberately not part of the key (it differs between machines; the NVRTC version, which is in
- * the key, pins the toolkit headers' contents). */
-const char *const sk_base_options[] = {"-std=c++17", "-default-device", "-DSPARKINFER_JIT=1"};
+ * the key, pins the toolkit headers' contents). -Xptxas=-v: ptxas reports every kernel's
+ * registers, stack, spills and shared memory in the log (sk_parse_ptxas_resources); it changes
+ * no code, but ptxas records its command line in the cubin, so it belongs to the key too. */
+const char *const sk_base_options[] = {"-std=c++17", "-default-device", "-DSPARKINFER_JIT=1", "-Xptxas=-v"};
 const size_t sk_base_option_count = sizeof sk_base_options / sizeof sk_base_options[0];
 
 static pthread_once_t versions_once = PTHREAD_ONCE_INIT;
@@ -103,23 +106,39 @@ static char *nvrtc_log(nvrtcProgram prog) {
   return log;
 }
 
+/* Append one of nvJitLink's logs (its size and text getters) to *log, newline-separated. */
+static void append_link_log(nvJitLinkHandle h, nvJitLinkResult (*get_size)(nvJitLinkHandle, size_t *),
+                            nvJitLinkResult (*get)(nvJitLinkHandle, char *), char **log) {
+  size_t n = 0;
+  if (get_size(h, &n) != NVJITLINK_SUCCESS || n <= 1) return;
+  char *text = malloc(n + 1);
+  if (!text) return;
+  if (get(h, text) != NVJITLINK_SUCCESS) text[0] = 0;
+  text[n] = 0;
+  size_t have = *log ? strlen(*log) : 0, add = strlen(text);
+  char *merged = realloc(*log, have + add + 2);
+  if (merged) {
+    if (have && add) merged[have++] = '\n';
+    memcpy(merged + have, text, add + 1);
+    *log = merged;
+  }
+  free(text);
+}
+
 static sk_status link_ltoir(const sk_kernel_request *req, const void *ltoir, size_t ltoir_size,
                             sk_compiled *out, char **link_log) {
   char arch_opt[32];
   snprintf(arch_opt, sizeof arch_opt, "-arch=%s", req->arch);
-  const char *opts[] = {arch_opt, "-lto"};
+  const char *opts[] = {arch_opt, "-lto", "-Xptxas=-v"}; /* -v: the resource report, as for NVRTC */
   nvJitLinkHandle h;
-  nvJitLinkResult r = nvJitLinkCreate(&h, 2, opts);
+  nvJitLinkResult r = nvJitLinkCreate(&h, 3, opts);
   if (r != NVJITLINK_SUCCESS)
     return sk_set_error(SK_ERR_COMPILE, "nvJitLinkCreate failed (%d) for %s", (int)r, req->name_expr);
   r = nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, ltoir, ltoir_size, "sk_main");
   if (r == NVJITLINK_SUCCESS) r = nvJitLinkComplete(h);
-  size_t n = 0;
   *link_log = NULL;
-  if (nvJitLinkGetErrorLogSize(h, &n) == NVJITLINK_SUCCESS && n > 1) {
-    *link_log = malloc(n + 1);
-    if (*link_log) { nvJitLinkGetErrorLog(h, *link_log); (*link_log)[n] = 0; }
-  }
+  append_link_log(h, nvJitLinkGetInfoLogSize, nvJitLinkGetInfoLog, link_log);  /* ptxas -v lines */
+  append_link_log(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog, link_log);
   if (r != NVJITLINK_SUCCESS) {
     sk_status s = sk_set_error(SK_ERR_COMPILE, "nvJitLink failed (%d) for %s [%s]:\n%s", (int)r,
                                req->name_expr, req->arch, *link_log ? *link_log : "");
@@ -228,8 +247,65 @@ sk_status sk_jit_compile(const sk_kernel_request *req, sk_compiled *out) {
   }
   nvrtcDestroyProgram(&prog);
   if (status == SK_OK && (!out->lowered_name || !out->log)) status = sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory");
+  if (status == SK_OK) sk_parse_ptxas_resources(out->log, out->lowered_name, &out->resources);
   if (status != SK_OK) sk_compiled_free(out);
   return status;
+}
+
+/* The unsigned number just before `suffix` in [line, end), e.g. "160 bytes smem" -> 160. */
+static bool number_before(const char *line, const char *end, const char *suffix, unsigned *out) {
+  size_t ls = strlen(suffix);
+  for (const char *p = line; p + ls <= end; p++) {
+    if (memcmp(p, suffix, ls) != 0) continue;
+    const char *d = p;
+    while (d > line && d[-1] == ' ') d--;
+    const char *digits_end = d;
+    while (d > line && d[-1] >= '0' && d[-1] <= '9') d--;
+    if (d == digits_end) continue;
+    unsigned long v = strtoul(d, NULL, 10);
+    *out = v > 0xffffffffUL ? 0xffffffffu : (unsigned)v;
+    return true;
+  }
+  return false;
+}
+
+bool sk_parse_ptxas_resources(const char *log, const char *lowered_name, sk_kernel_resources *out) {
+  memset(out, 0, sizeof *out);
+  if (!log || !lowered_name || !*lowered_name) return false;
+  static const char kEntry[] = "Compiling entry function '", kProps[] = "Function properties for ";
+  const size_t name_len = strlen(lowered_name);
+  const char *start = NULL;
+  for (const char *e = strstr(log, kEntry); e && !start; e = strstr(e + 1, kEntry)) {
+    const char *name = e + sizeof kEntry - 1;
+    if (!strncmp(name, lowered_name, name_len) && name[name_len] == '\'') start = name + name_len;
+  }
+  if (!start) return false;
+  const char *stop = strstr(start, kEntry);
+  if (!stop) stop = start + strlen(start);
+  /* "Function properties for <name>" precedes the stack/spill line of that function: the
+   * entry's own, and those of non-inlined device functions it calls. */
+  bool entry_props = false;
+  for (const char *line = start; line < stop;) {
+    const char *eol = memchr(line, '\n', (size_t)(stop - line));
+    const char *end = eol ? eol : stop;
+    const char *props = strstr(line, kProps);
+    unsigned v;
+    if (props && props < end) {
+      const char *name = props + sizeof kProps - 1;
+      entry_props = (size_t)(end - name) == name_len && !memcmp(name, lowered_name, name_len);
+    } else if (number_before(line, end, " registers", &v)) {
+      out->registers = v, out->known = true;
+      if (number_before(line, end, " barriers", &v)) out->barriers = v;
+      if (number_before(line, end, " bytes smem", &v)) out->static_smem_bytes = v;
+    } else if (entry_props && number_before(line, end, " bytes stack frame", &v)) {
+      out->stack_frame_bytes = v;
+      if (number_before(line, end, " bytes spill stores", &v)) out->spill_store_bytes = v;
+      if (number_before(line, end, " bytes spill loads", &v)) out->spill_load_bytes = v;
+      entry_props = false;
+    }
+    line = eol ? eol + 1 : stop;
+  }
+  return out->known;
 }
 
 static const char **source_list;
@@ -247,4 +323,16 @@ SK_API sk_status sk_list_kernel_sources(const char *const **paths, size_t *count
   *paths = source_list;
   *count = sk_embedded_source_count;
   return SK_OK;
+}
+
+void sk_resources_add_json(cJSON *o, const sk_kernel_resources *r) {
+  if (!o || !r || !r->known) return;
+  cJSON *j = cJSON_AddObjectToObject(o, "resources");
+  if (!j) return;
+  cJSON_AddNumberToObject(j, "registers", r->registers);
+  cJSON_AddNumberToObject(j, "barriers", r->barriers);
+  cJSON_AddNumberToObject(j, "stack_frame_bytes", r->stack_frame_bytes);
+  cJSON_AddNumberToObject(j, "spill_store_bytes", r->spill_store_bytes);
+  cJSON_AddNumberToObject(j, "spill_load_bytes", r->spill_load_bytes);
+  cJSON_AddNumberToObject(j, "static_smem_bytes", r->static_smem_bytes);
 }

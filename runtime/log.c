@@ -57,12 +57,19 @@ void sk_log_event(const sk_event *ev) {
     if (ev->kind == SK_EVENT_COMPILE_START)
       n = snprintf(line, sizeof line, "sparkinfer: compile start #%llu key %.12s op %s kernel %s [%s] arch %s\n",
                    (unsigned long long)seq, hex, *k->op ? k->op : "-", k->name_expr, k->params, k->arch);
-    else if (ev->kind == SK_EVENT_COMPILE_DONE)
+    else if (ev->kind == SK_EVENT_COMPILE_DONE) {
+      /* ptxas's report: registers and spilled bytes (stores / loads), the first things to check
+       * when a kernel is slower than it should be. */
+      char res[96] = "";
+      const sk_kernel_resources *r = ev->resources;
+      if (r && r->known)
+        snprintf(res, sizeof res, " regs %u spill %u/%u B", r->registers, r->spill_store_bytes, r->spill_load_bytes);
       n = snprintf(line, sizeof line,
                    "sparkinfer: compile done  #%llu key %.12s op %s kernel %s [%s] arch %s nvrtc %.1f ms link %.1f ms "
-                   "cubin %zu B total %.2f s\n",
+                   "cubin %zu B%s total %.2f s\n",
                    (unsigned long long)seq, hex, *k->op ? k->op : "-", k->name_expr, k->params, k->arch, ev->nvrtc_ms,
-                   ev->link_ms, ev->cubin_bytes, total_s);
+                   ev->link_ms, ev->cubin_bytes, res, total_s);
+    }
     else if (ev->kind == SK_EVENT_COMPILE_FAIL) {
       const char *d = ev->detail ? ev->detail : "";
       const char *nl = strchr(d, '\n');
@@ -92,6 +99,7 @@ void sk_log_event(const sk_event *ev) {
       cJSON_AddNumberToObject(o, "link_ms", ev->link_ms);
       cJSON_AddNumberToObject(o, "cubin_bytes", (double)ev->cubin_bytes);
       cJSON_AddNumberToObject(o, "total_compile_s", total_s);
+      sk_resources_add_json(o, ev->resources);
     }
     if (ev->detail) cJSON_AddStringToObject(o, "detail", ev->detail);
     char *s = cJSON_PrintUnformatted(o);

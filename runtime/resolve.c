@@ -212,7 +212,7 @@ cJSON *sk_kernel_request_json(const sk_kernel *k) {
   return o;
 }
 
-static char *metadata_json(const sk_kernel *e, const char *log) {
+static char *metadata_json(const sk_kernel *e, const char *log, const sk_kernel_resources *resources) {
   cJSON *o = sk_kernel_request_json(e);
   if (!o) return NULL;
   int nv_major, nv_minor, ln_major, ln_minor;
@@ -226,6 +226,7 @@ static char *metadata_json(const sk_kernel *e, const char *log) {
   }
   cJSON_AddStringToObject(o, "library", SPARKINFER_VERSION_STRING);
   cJSON_AddStringToObject(o, "log", log ? log : "");
+  sk_resources_add_json(o, resources);
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;
@@ -273,9 +274,10 @@ static sk_status compile_entry(sk_kernel *e, sk_cache *cache, bool store) {
   ev.nvrtc_ms = c.nvrtc_ms;
   ev.link_ms = c.link_ms;
   ev.cubin_bytes = e->cubin_size;
+  ev.resources = &c.resources;
   sk_log_event(&ev);
   if (store && cache) {
-    char *meta = metadata_json(e, c.log);
+    char *meta = metadata_json(e, c.log, &c.resources);
     sk_record rec = {.format_version = SK_CACHE_FORMAT_VERSION,
                      .compile_ms = (uint32_t)(e->compile_ms + 0.5),
                      .lowered_name = e->lowered_name,

@@ -111,14 +111,32 @@ unsigned sk_arch_block_smem_limit(const char *arch);
 
 /* ---- JIT (runtime/jit.c) ----------------------------------------------------------------- */
 
+/* What ptxas reported for one kernel (its -v lines in the compile log). */
+typedef struct sk_kernel_resources {
+  bool known;                  /* false: the log had no report for this kernel */
+  unsigned registers, barriers;
+  unsigned stack_frame_bytes, spill_store_bytes, spill_load_bytes;
+  unsigned static_smem_bytes;
+} sk_kernel_resources;
+
 typedef struct sk_compiled {
   void *cubin;            /* malloc'd */
   size_t cubin_size;
   char *lowered_name;     /* malloc'd */
   char *log;              /* malloc'd NVRTC + nvJitLink log ("" if none) */
   double nvrtc_ms, link_ms;
+  sk_kernel_resources resources; /* parsed from log for lowered_name */
 } sk_compiled;
 void sk_compiled_free(sk_compiled *c);
+
+/* The ptxas report of entry function `lowered_name` in a compile log: the lines after its
+ * "Compiling entry function '<name>'" up to the next entry. Fields it does not state stay 0;
+ * returns out->known. Pure text parsing (tests feed it canned logs). */
+bool sk_parse_ptxas_resources(const char *log, const char *lowered_name, sk_kernel_resources *out);
+/* Add them to `o` as "resources": {registers, barriers, stack_frame_bytes, spill_store_bytes,
+ * spill_load_bytes, static_smem_bytes} when known (the cache metadata and the compile log). */
+struct cJSON;
+void sk_resources_add_json(struct cJSON *o, const sk_kernel_resources *r);
 
 /* The options the runtime always passes first (part of the key), excluding include paths. */
 extern const char *const sk_base_options[];
@@ -195,6 +213,7 @@ typedef struct sk_event {
   const sk_kernel *kernel;     /* request + key */
   double nvrtc_ms, link_ms;
   size_t cubin_bytes;
+  const sk_kernel_resources *resources; /* compile_done: ptxas's report (may be NULL) */
   const char *detail;          /* failure message or corruption reason */
 } sk_event;
 void sk_log_event(const sk_event *ev);

@@ -1,13 +1,76 @@
 /* Every kernel configuration listed in tools/manifests/kernels-*.json compiles for sm_90a,
- * sm_120a and sm_121a (entries may restrict themselves with "archs"). Runs sk-warm, so it also
- * checks the manifests themselves. Also: every kernel the ops launch overlapped with the
+ * sm_120a and sm_121a (entries may restrict themselves with "archs"), and spills no more than
+ * tests/known-spills.txt says. Runs sk-warm, so it also checks the manifests themselves. Also: every kernel the ops launch overlapped with the
  * previous kernel waits for it first (a source check on the embedded sources). */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <glob.h>
 #include <string.h>
 
 #include "../runtime/embedded.h"
 #include "testutil.h"
+
+/* tests/known-spills.txt: "arch store_bytes load_bytes kernel name" lines (# comments). */
+typedef struct {
+  char arch[16], name[200];
+  double store, load;
+} known_spill;
+
+static size_t read_known_spills(known_spill *out, size_t cap) {
+  FILE *f = fopen("tests/known-spills.txt", "r");
+  cr_assert(f, "tests/known-spills.txt is missing (run from the repo root)");
+  char line[300];
+  size_t n = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#' || line[0] == '\n') continue;
+    cr_assert_lt(n, cap, "tests/known-spills.txt: more than %zu entries", cap);
+    int used = 0;
+    cr_assert_eq(sscanf(line, "%15s %lf %lf %n", out[n].arch, &out[n].store, &out[n].load, &used), 3, "bad line: %s", line);
+    snprintf(out[n].name, sizeof out[n].name, "%s", line + used);
+    out[n].name[strcspn(out[n].name, "\n")] = 0;
+    n++;
+  }
+  fclose(f);
+  return n;
+}
+
+/* Every compiled kernel carries ptxas's report (registers > 0), and none spills beyond
+ * tests/known-spills.txt: a new spill, or more bytes, is a performance regression to look at. */
+static void check_resources(const char *cache_dir) {
+  static known_spill known[256];
+  const size_t n_known = read_known_spills(known, 256);
+  char cache[512];
+  snprintf(cache, sizeof cache, "%s/bin/sk-cache", tu_build_dir());
+  char *argv[] = {cache, "--cache-dir", (char *)cache_dir, "--json", "ls", NULL};
+  char *out = NULL;
+  cr_assert_eq(tu_run(argv, NULL, &out), 0, "sk-cache ls: %s", out);
+  cJSON *records = cJSON_Parse(out);
+  cr_assert(cJSON_IsArray(records), "sk-cache --json ls: %s", out);
+  int checked = 0, regressions = 0;
+  const cJSON *r;
+  cJSON_ArrayForEach(r, records) {
+    const char *name = cJSON_GetObjectItem(r, "name")->valuestring, *arch = cJSON_GetObjectItem(r, "arch")->valuestring;
+    const cJSON *res = cJSON_GetObjectItem(r, "resources");
+    cr_expect(cJSON_IsObject(res) && cJSON_GetObjectItem(res, "registers")->valuedouble > 0,
+              "%s [%s]: no ptxas resource report in the record", name, arch);
+    if (!cJSON_IsObject(res)) continue;
+    const double store = cJSON_GetObjectItem(res, "spill_store_bytes")->valuedouble,
+                 load = cJSON_GetObjectItem(res, "spill_load_bytes")->valuedouble;
+    checked++;
+    if (store == 0 && load == 0) continue;
+    const known_spill *k = NULL;
+    for (size_t i = 0; i < n_known && !k; i++)
+      if (!strcmp(known[i].arch, arch) && !strcmp(known[i].name, name)) k = &known[i];
+    if (!k || store > k->store || load > k->load) {
+      fprintf(stderr, "SPILL %s %g %g %s (known: %g %g)\n", arch, store, load, name, k ? k->store : 0, k ? k->load : 0);
+      regressions++;
+    }
+  }
+  cJSON_Delete(records);
+  free(out);
+  cr_expect_gt(checked, 0, "no records checked");
+  cr_expect_eq(regressions, 0, "%d kernel(s) spill beyond tests/known-spills.txt (SPILL lines above)", regressions);
+}
 
 Test(compile_check, every_listed_kernel_compiles_for_every_target_arch, .timeout = 1800) {
   glob_t g;
@@ -26,6 +89,7 @@ Test(compile_check, every_listed_kernel_compiles_for_every_target_arch, .timeout
     free(out);
   }
   globfree(&g);
+  check_resources(dir);
   tu_rmrf(dir);
   free(dir);
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "runtime.h"
 #include "sparkinfer.h"
 #include "sparkinfer/jit.h"
 #include "testutil.h"
@@ -137,6 +138,45 @@ Test(jit, compiles_test_kernels_for_every_target_arch, .init = setup_cache, .fin
   sk_get_counters(&c);
   cr_assert_eq(c.compiles, 7u);
   cr_assert_eq(c.memory_hits, 1u);
+}
+
+/* ptxas's -v report (every compile passes -Xptxas=-v): the entry's own lines are picked, not a
+ * callee's properties nor another entry whose name starts the same. */
+Test(jit, ptxas_resource_report_is_parsed) {
+  static const char log[] =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function '_Z1kILi1EEvPf' for 'sm_90a'\n"
+      "ptxas info    : Function properties for _Z1kILi1EEvPf\n"
+      "ptxas         .     8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 1 barriers, 160 bytes smem\n"
+      "ptxas info    : Compiling entry function '_Z1kILi1EEvPfi' for 'sm_90a'\n"
+      "ptxas info    : Function properties for _Z6calleev\n"
+      "ptxas         .     48 bytes stack frame, 44 bytes spill stores, 44 bytes spill loads\n"
+      "ptxas info    : Function properties for _Z1kILi1EEvPfi\n"
+      "ptxas         .     72 bytes stack frame, 56 bytes spill stores, 64 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 2 barriers, 256 bytes cumulative stack size\n"
+      "ptxas info    : Compile time = 25.570 ms\n";
+  sk_kernel_resources r;
+  cr_assert(sk_parse_ptxas_resources(log, "_Z1kILi1EEvPf", &r));
+  cr_assert(r.registers == 40 && r.barriers == 1 && r.stack_frame_bytes == 8 && r.spill_store_bytes == 0 &&
+                r.spill_load_bytes == 0 && r.static_smem_bytes == 160,
+            "%u %u %u %u %u %u", r.registers, r.barriers, r.stack_frame_bytes, r.spill_store_bytes, r.spill_load_bytes,
+            r.static_smem_bytes);
+  cr_assert(sk_parse_ptxas_resources(log, "_Z1kILi1EEvPfi", &r));
+  cr_assert(r.registers == 255 && r.barriers == 2 && r.stack_frame_bytes == 72 && r.spill_store_bytes == 56 &&
+                r.spill_load_bytes == 64 && r.static_smem_bytes == 0,
+            "%u %u %u %u %u %u", r.registers, r.barriers, r.stack_frame_bytes, r.spill_store_bytes, r.spill_load_bytes,
+            r.static_smem_bytes);
+  cr_assert_not(sk_parse_ptxas_resources(log, "_Z1kILi2EEvPf", &r));
+  cr_assert_not(r.known);
+  cr_assert_not(sk_parse_ptxas_resources("", "_Z1kILi1EEvPf", &r));
+  cr_assert_not(sk_parse_ptxas_resources(NULL, "_Z1kILi1EEvPf", &r));
+  /* A real compile reports them too (the scale kernel: a few registers, no spills). */
+  sk_kernel_request req = scale_request("sk_test::scale<float, 256>", "sm_120a", NULL, 0);
+  sk_compiled c;
+  cr_assert_eq(sk_jit_compile(&req, &c), SK_OK, "%s", sk_last_error_message());
+  cr_assert(c.resources.known && c.resources.registers > 0 && c.resources.spill_store_bytes == 0, "log: %s", c.log);
+  sk_compiled_free(&c);
 }
 
 Test(jit, compile_error_is_reported_with_the_log, .init = setup_cache, .fini = teardown_cache) {
@@ -524,6 +564,8 @@ Test(log, compile_progress_and_jsonl_log, .init = setup_cache, .fini = teardown_
       cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(o, "nvrtc_ms")));
       cr_assert(cJSON_GetObjectItem(o, "cubin_bytes")->valuedouble > 0);
       cr_assert_str_eq(cJSON_GetObjectItem(o, "op")->valuestring, "test.scale");
+      const cJSON *res = cJSON_GetObjectItem(o, "resources"); /* ptxas's report */
+      cr_assert(cJSON_IsObject(res) && cJSON_GetObjectItem(res, "registers")->valuedouble > 0, "%s", line);
     }
     cJSON_Delete(o);
   }

@@ -26,7 +26,8 @@ static const char USAGE[] =
     "Inspect and maintain a sparkinfer kernel cache (an LMDB directory of compiled cubins).\n"
     "\n"
     "commands:\n"
-    "  ls                      list records: key prefix, arch, op, kernel, cubin size, times\n"
+    "  ls                      list records: key prefix, arch, op, kernel, cubin size, registers,\n"
+    "                          spilled bytes (ptxas), times\n"
     "  stat                    path, record and claim counts, data bytes, map and file size\n"
     "  verify                  check every record; lists bad ones, exit status 1 if any\n"
     "  prune [--max-bytes N] [--older-than-days D]\n"
@@ -198,6 +199,7 @@ typedef struct row {
   char *op, *name, *lowered_name, *error;
   uint64_t cubin_bytes, record_bytes, created, last_used;
   uint32_t compile_ms;
+  cJSON *resources; /* the metadata's ptxas report (a detached copy), or NULL */
 } row;
 
 typedef struct rows {
@@ -242,6 +244,8 @@ static int collect_row(void *ud, const uint8_t key[16], const sk_record *rec, si
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(meta, "name");
   r->op = dup_or_null(cJSON_IsString(op) ? op->valuestring : NULL);
   r->name = dup_or_null(cJSON_IsString(name) ? name->valuestring : NULL);
+  cJSON *res = cJSON_GetObjectItemCaseSensitive(meta, "resources");
+  if (cJSON_IsObject(res)) r->resources = cJSON_DetachItemViaPointer(meta, res);
   cJSON_Delete(meta);
   return 0;
 }
@@ -252,6 +256,7 @@ static void free_rows(rows *rs) {
     free(rs->v[i].name);
     free(rs->v[i].lowered_name);
     free(rs->v[i].error);
+    cJSON_Delete(rs->v[i].resources);
   }
   free(rs->v);
 }
@@ -320,9 +325,11 @@ static int cmd_ls(const options *o, sk_cache *c) {
       cJSON_AddNumberToObject(obj, "created_unix_ms", (double)r->created);
       cJSON_AddNumberToObject(obj, "last_used_unix_ms", (double)r->last_used);
       cJSON_AddNumberToObject(obj, "compile_ms", r->compile_ms);
+      if (r->resources) cJSON_AddItemReferenceToObject(obj, "resources", r->resources);
     }
+    int rc_json = print_json(arr); /* before free_rows: the resources are referenced */
     free_rows(&rs);
-    return print_json(arr);
+    return rc_json;
   }
   /* Column widths from the data; the kernel name may be long, so it is padded too. */
   int w_arch = 4, w_op = 2, w_name = 6;
@@ -335,8 +342,8 @@ static int cmd_ls(const options *o, sk_cache *c) {
     if (lo > w_op) w_op = lo;
     if (ln > w_name) w_name = ln;
   }
-  printf("%-12s  %-*s  %-*s  %-*s  %10s  %-16s  %-16s  %10s\n", "KEY", w_arch, "ARCH", w_op, "OP",
-         w_name, "KERNEL", "CUBIN", "CREATED", "LAST USED", "COMPILE");
+  printf("%-12s  %-*s  %-*s  %-*s  %10s  %4s  %9s  %-16s  %-16s  %10s\n", "KEY", w_arch, "ARCH", w_op, "OP",
+         w_name, "KERNEL", "CUBIN", "REGS", "SPILL", "CREATED", "LAST USED", "COMPILE");
   size_t bad = 0;
   for (size_t i = 0; i < rs.n; i++) {
     row *r = &rs.v[i];
@@ -351,8 +358,14 @@ static int cmd_ls(const options *o, sk_cache *c) {
     format_time(r->created, created, sizeof created);
     format_time(r->last_used, used, sizeof used);
     snprintf(compile, sizeof compile, "%u ms", r->compile_ms);
-    printf("%-12s  %-*s  %-*s  %-*s  %10llu  %-16s  %-16s  %10s\n", hex, w_arch, r->arch, w_op,
-           r->op ? r->op : "-", w_name, r->name ? r->name : "-", (unsigned long long)r->cubin_bytes,
+    /* ptxas's report (records written before it was kept show "-"): registers, spilled bytes */
+    char regs[16] = "-", spill[24] = "-";
+    const cJSON *nr = cJSON_GetObjectItemCaseSensitive(r->resources, "registers"),
+                *ns = cJSON_GetObjectItemCaseSensitive(r->resources, "spill_store_bytes");
+    if (cJSON_IsNumber(nr)) snprintf(regs, sizeof regs, "%d", nr->valueint);
+    if (cJSON_IsNumber(ns)) snprintf(spill, sizeof spill, "%d B", ns->valueint);
+    printf("%-12s  %-*s  %-*s  %-*s  %10llu  %4s  %9s  %-16s  %-16s  %10s\n", hex, w_arch, r->arch, w_op,
+           r->op ? r->op : "-", w_name, r->name ? r->name : "-", (unsigned long long)r->cubin_bytes, regs, spill,
            created, used, compile);
   }
   printf("%zu record%s", rs.n, rs.n == 1 ? "" : "s");
