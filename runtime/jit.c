@@ -106,7 +106,18 @@ static char *nvrtc_log(nvrtcProgram prog) {
   return log;
 }
 
-/* Append one of nvJitLink's logs (its size and text getters) to *log, newline-separated. */
+/* Append `text` to the malloc'd *log (NULL: empty), newline-separated; unchanged when out of memory. */
+static void log_append(char **log, const char *text) {
+  size_t have = *log ? strlen(*log) : 0, add = strlen(text);
+  if (!add) return;
+  char *merged = realloc(*log, have + add + 2);
+  if (!merged) return;
+  if (have) merged[have++] = '\n';
+  memcpy(merged + have, text, add + 1);
+  *log = merged;
+}
+
+/* Append one of nvJitLink's logs (its size and text getters) to *log. */
 static void append_link_log(nvJitLinkHandle h, nvJitLinkResult (*get_size)(nvJitLinkHandle, size_t *),
                             nvJitLinkResult (*get)(nvJitLinkHandle, char *), char **log) {
   size_t n = 0;
@@ -115,13 +126,7 @@ static void append_link_log(nvJitLinkHandle h, nvJitLinkResult (*get_size)(nvJit
   if (!text) return;
   if (get(h, text) != NVJITLINK_SUCCESS) text[0] = 0;
   text[n] = 0;
-  size_t have = *log ? strlen(*log) : 0, add = strlen(text);
-  char *merged = realloc(*log, have + add + 2);
-  if (merged) {
-    if (have && add) merged[have++] = '\n';
-    memcpy(merged + have, text, add + 1);
-    *log = merged;
-  }
+  log_append(log, text);
   free(text);
 }
 
@@ -223,15 +228,7 @@ sk_status sk_jit_compile(const sk_kernel_request *req, sk_compiled *out) {
       double t1 = sk_now_seconds();
       status = link_ltoir(req, ir, n, out, &link_log);
       out->link_ms = (sk_now_seconds() - t1) * 1e3;
-      if (link_log && *link_log) {
-        size_t a = strlen(out->log ? out->log : ""), b = strlen(link_log);
-        char *merged = malloc(a + b + 2);
-        if (merged) {
-          snprintf(merged, a + b + 2, "%s%s%s", out->log ? out->log : "", a ? "\n" : "", link_log);
-          free(out->log);
-          out->log = merged;
-        }
-      }
+      if (link_log) log_append(&out->log, link_log);
       free(link_log);
       free(ir);
     }
