@@ -4,7 +4,9 @@
 // row-major offsets) below 2^31.
 #pragma once
 #include "common/defs.cuh"
+#include "common/mma.cuh"
 #include "common/scale_layout.cuh"
+#include "common/smem.cuh"
 #include "quantization/split.cuh"
 
 namespace sk {
@@ -90,6 +92,32 @@ struct UnitWalk {
     for (int j = 0; j < kQuantChunksPerThread; j++, p += x_group_stride)
       raw[j] = exists(j) ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
   }
+
+  // ---- Loads through shared memory (cp.async), one unit ahead ----------------------------------
+  // A stage buffer holds one unit: kAsyncStageBytes, chunk j of thread t at 16 (j * 256 + t) (a
+  // warp's 16-byte accesses are 512 contiguous bytes). Each thread reads back only the chunks it
+  // copied itself, so no barrier is needed: cp.async.wait_group orders them for that thread.
+  // The bytes in flight then cost shared memory instead of registers.
+  static constexpr u32 kAsyncStageBytes = kQuantChunksPerThread * kQuantThreads * 16;
+  // This thread's chunk 0 in the stage buffer at shared address `stage_base`.
+  SK_DEVICE static u32 async_slot(u32 stage_base) { return stage_base + threadIdx.x * 16u; }
+  // Copy this unit's chunks into the stage (zero fill where they do not exist) and commit them
+  // as one group.
+  SK_DEVICE void load_async(u32 slot) const { copy_async(slot, x, chunk_rows); }
+  // The same for the CTA's next unit, if any (CTA-uniform): the walk itself stays on this unit.
+  SK_DEVICE bool load_next_async(u32 slot) const {
+    u32 next_slab = slab, next_kt = kt;
+    if (!sk_qsplit_next_unit(&next_slab, &next_kt, blockIdx.x, gridDim.x, gridDim.y, slabs, k_tiles)) return false;
+    const u32 next_row = sk_qsplit_slab_row(next_slab, BLOCK_CHUNKS) + thread_row;
+    const u32 col = next_kt * kTileChunks + thread_col;
+    copy_async(slot, x0 + i64(next_row) * ld_x + col * 8, col < cpr && next_row < M ? M - next_row : 0u);
+    return true;
+  }
+  // Read the unit copied into `slot` (its group must be complete: cp_async_wait).
+  SK_DEVICE void read_async(u32 slot) {
+#pragma unroll
+    for (int j = 0; j < kQuantChunksPerThread; j++) raw[j] = lds_16B(slot + u32(j) * kQuantThreads * 16u);
+  }
   // Store chunk j's values (if it exists; KNOWN_TO_EXIST: the caller checked all_exist()).
   template <bool KNOWN_TO_EXIST = false, typename V>
   SK_DEVICE void store_values(int j, const V& v) const {
@@ -122,6 +150,14 @@ struct UnitWalk {
   }
 
  private:
+  SK_DEVICE void copy_async(u32 slot, const T* p, u32 rows) const {
+#pragma unroll
+    for (int j = 0; j < kQuantChunksPerThread; j++, p += x_group_stride) {
+      const bool present = u32(j) * kGroupRows < rows;
+      cp_async_16_at(slot + u32(j) * kQuantThreads * 16u, present ? p : x0, present ? 16 : 0);
+    }
+    cp_async_commit();
+  }
   SK_DEVICE void locate() {
     slab_row = sk_qsplit_slab_row(slab, BLOCK_CHUNKS);
     row = slab_row + thread_row;

@@ -49,7 +49,8 @@
 //
 // No input may alias an output. Each x element is read once (twice with GS_MODE 1 and 2: amax
 // pass, then quantize pass). 1 KiB of static shared memory (the eff table below), filled by
-// threads 0..127: blockDim must be the 256 above.
+// threads 0..127: blockDim must be the 256 above; on sm_90 (GS_MODE 0 and 1) 32 KiB more, the
+// two cp.async stage buffers of the loads (see kNvfp4AsyncLoads).
 //
 // Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element, but close to the
 // instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight
@@ -384,12 +385,19 @@ SK_DEVICE void nvfp4_store_chunk_at(u32 c, u32 cpr, Nvfp4Chunk q, u8* __restrict
 // decode row of K <= 8192) are read from memory once, with all loads in flight together.
 constexpr int kInCtaCachedChunks = 4;
 
-// Occupancy: on sm_90 (software E2M1) 48 registers, 5 CTAs per SM, fit without spills (the
-// compiler's own choice was up to 54 for FP16 input: 4 CTAs); elsewhere, and for the one-CTA
-// in-CTA mode, the compiler's choice (capping spills there).
+// Loads on sm_90 (software E2M1): cp.async into two shared-memory stage buffers, the next unit's
+// copies issued before the current unit's arithmetic (UnitWalk::load_next_async), so every warp
+// keeps a unit of loads in flight while it quantizes, without holding them in registers. 4 CTAs
+// per SM (64 registers, 33 KiB of shared memory each): 7-8% faster at M = 16384 than the plain
+// loads into registers at 5 CTAs per SM (48 registers; at that cap the cp.async version spills),
+// and than the same at 5 (spilling) or with 3 stages (RESULTS, hundred-and-thirty-second run).
+// Elsewhere (the hardware E2M1 path of SM120) plain loads into registers, one unit at a time, and
+// the compiler's own register choice (also for the one-CTA in-CTA mode).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
-constexpr int kNvfp4MinCtasPerSm = 5;
+constexpr bool kNvfp4AsyncLoads = true;
+constexpr int kNvfp4MinCtasPerSm = 4;
 #else
+constexpr bool kNvfp4AsyncLoads = false;
 constexpr int kNvfp4MinCtasPerSm = 1;
 #endif
 
@@ -409,9 +417,21 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     // One unit (128 rows x one k-tile, quantization/split.cuh) per step: its loads first (the
     // global scale, its reduction and the eff table overlap the first ones), then the four
     // chunks, then the unit's scales as whole words (padding included: no padding pass).
-    UnitWalk<T, LAYOUT, 4, 2> walk(x, ld_x, M, K, values, scales_swizzled, scales_rows);
+    using Walk = UnitWalk<T, LAYOUT, 4, 2>;
+    Walk walk(x, ld_x, M, K, values, scales_swizzled, scales_rows);
+    constexpr bool kAsync = kNvfp4AsyncLoads;
+    __shared__ __align__(16) unsigned char stages[kAsync ? 2 * Walk::kAsyncStageBytes : 16];  // 2 x 16 KiB
+    // The current stage buffer's offset (0 or kAsyncStageBytes), one register: this thread's slot
+    // in either buffer is recomputed from it (the array's address is a constant).
+    u32 stage = 0;
+    const auto slot_at = [&](u32 offset) { return Walk::async_slot(smem_addr(stages)) + offset; };
     bool more = walk.has_unit();  // CTA-uniform
-    if (more) walk.load();
+    if (more) {
+      if constexpr (kAsync)
+        walk.load_async(slot_at(0));
+      else
+        walk.load();
+    }
     float gs;
     if constexpr (GS_MODE == kGlobalScaleGiven) {
       gs = __ldg(global_scale);
@@ -427,6 +447,13 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
     __syncthreads();
     const EffTable eff(eff_of_scale);
     while (more) {
+      if constexpr (kAsync) {
+        if (walk.load_next_async(slot_at(stage ^ Walk::kAsyncStageBytes)))
+          cp_async_wait<1>();
+        else
+          cp_async_wait<0>();
+        walk.read_async(slot_at(stage));
+      }
       u32 scales = 0;  // byte j: chunk j's; 0 for padding (a zero chunk's scale is not 0 for every gs)
       u32 packed[kQuantChunksPerThread], unit_scales;
       // Software E2M1: a warp with rows in all four row groups (warp-uniform) tries the whole
@@ -457,7 +484,11 @@ __global__ void __launch_bounds__(kNvfp4Threads, GS_MODE == kGlobalScaleInCta ? 
       }
       walk.store_scales(scales);
       more = walk.next();
-      if (more) walk.load();
+      if constexpr (kAsync) {
+        stage ^= Walk::kAsyncStageBytes;
+      } else if (more) {
+        walk.load();
+      }
     }
   } else {
     if (gridDim.x != 1 || gridDim.y != 1) __trap();  // the tensor amax must be seen by one CTA
