@@ -388,9 +388,9 @@ constexpr int kInCtaCachedChunks = 4;
 // Loads on sm_90 (software E2M1): cp.async into two shared-memory stage buffers, the next unit's
 // copies issued before the current unit's arithmetic (UnitWalk::load_next_async), so every warp
 // keeps a unit of loads in flight while it quantizes, without holding them in registers. 4 CTAs
-// per SM (64 registers, 33 KiB of shared memory each): 7-8% faster at M = 16384 than the plain
-// loads into registers at 5 CTAs per SM (48 registers; at that cap the cp.async version spills),
-// and than the same at 5 (spilling) or with 3 stages (RESULTS, hundred-and-thirty-second run).
+// per SM (64 registers, 33 KiB of shared memory each): 5-8% faster at M = 16384 than plain loads
+// into registers at 5 CTAs per SM (48 registers), and faster than these copies at 5 CTAs per SM
+// (where they spill) or with a third stage (RESULTS, hundred-and-thirty-second run).
 // Elsewhere (the hardware E2M1 path of SM120) plain loads into registers, one unit at a time, and
 // the compiler's own register choice (also for the one-CTA in-CTA mode).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
