@@ -108,9 +108,8 @@ struct UnitWalk {
   SK_DEVICE bool load_next_async(u32 slot) const {
     u32 next_slab = slab, next_kt = kt;
     if (!sk_qsplit_next_unit(&next_slab, &next_kt, blockIdx.x, gridDim.x, gridDim.y, slabs, k_tiles)) return false;
-    const u32 next_row = sk_qsplit_slab_row(next_slab, BLOCK_CHUNKS) + thread_row;
-    const u32 col = next_kt * kTileChunks + thread_col;
-    copy_async(slot, x0 + i64(next_row) * ld_x + col * 8, col < cpr && next_row < M ? M - next_row : 0u);
+    const Origin o = origin(sk_qsplit_slab_row(next_slab, BLOCK_CHUNKS), next_kt);
+    copy_async(slot, input_at(o), o.rows);
     return true;
   }
   // Read the unit copied into `slot` (its group must be complete: cp_async_wait).
@@ -150,6 +149,17 @@ struct UnitWalk {
   }
 
  private:
+  // This thread's chunk 0 of the unit whose first row is `first_row`, k-tile `unit_kt`: its row,
+  // chunk column, and the rows from it to M where the column exists (else 0; chunk j exists iff
+  // 32 j < rows).
+  struct Origin {
+    u32 row, col, rows;
+  };
+  SK_DEVICE Origin origin(u32 first_row, u32 unit_kt) const {
+    const u32 r = first_row + thread_row, c = unit_kt * kTileChunks + thread_col;
+    return {r, c, c < cpr && r < M ? M - r : 0u};
+  }
+  SK_DEVICE const T* input_at(const Origin& o) const { return x0 + i64(o.row) * ld_x + o.col * 8; }
   SK_DEVICE void copy_async(u32 slot, const T* p, u32 rows) const {
 #pragma unroll
     for (int j = 0; j < kQuantChunksPerThread; j++, p += x_group_stride) {
@@ -160,12 +170,12 @@ struct UnitWalk {
   }
   SK_DEVICE void locate() {
     slab_row = sk_qsplit_slab_row(slab, BLOCK_CHUNKS);
-    row = slab_row + thread_row;
     warp_rows = slab_row + warp_row < M ? M - (slab_row + warp_row) : 0u;
-    const u32 col = kt * kTileChunks + thread_col;
-    chunk_rows = col < cpr && row < M ? M - row : 0u;
-    x = x0 + i64(row) * ld_x + col * 8;
-    values = values0 + (i64(row) * cpr + col) * VALUE_BYTES;
+    const Origin o = origin(slab_row, kt);
+    row = o.row;
+    chunk_rows = o.rows;
+    x = input_at(o);
+    values = values0 + (i64(o.row) * cpr + o.col) * VALUE_BYTES;
   }
 };
 
