@@ -8,7 +8,10 @@
  * SK_BENCH_MB: MiB per array (default 256: every ratio far beyond the 50 MB L2).
  * SK_BENCH_STREAM_UNROLL (4, 8, 16; default 4): vectors each thread loads before it stores them.
  * SK_BENCH_STREAM_MODE: bits of sk_test::StreamMixMode (default 0): 1 loads with the L2::256B
- * prefetch hint, 2 streaming (.cs) stores, 4 a contiguous slab per CTA instead of grid-stride. */
+ * prefetch hint, 2 streaming (.cs) stores, 4 a contiguous slab per CTA instead of grid-stride.
+ * Two more tables follow: run_post_pre's traffic as one pass whose collapse re-reads the streams
+ * it wrote some rounds earlier (how long written bytes stay in L2), and the ratios moved by the
+ * bulk-copy engine (cp.async.bulk) instead of 16-byte stores. */
 #include <stdio.h>
 
 #include "bench_util.h"
@@ -24,14 +27,127 @@ typedef struct { /* sk_test::StreamMixArgs */
 
 typedef struct {
   sk_kernel *k;
-  unsigned grid;
+  unsigned grid, threads; /* threads 0: kThreads */
   stream_mix_args a;
 } mix_call;
 
 static int launch_mix(void *ctx, cudaStream_t s) {
   mix_call *c = ctx;
   void *args[] = {&c->a};
-  return sk_kernel_launch(c->k, (sk_dim3){c->grid, 1, 1}, (sk_dim3){kThreads, 1, 1}, 0, s, args) != SK_OK;
+  const unsigned threads = c->threads ? c->threads : kThreads;
+  return sk_kernel_launch(c->k, (sk_dim3){c->grid, 1, 1}, (sk_dim3){threads, 1, 1}, 0, s, args) != SK_OK;
+}
+
+/* Two kernels in one timed call: run_post_pre's two passes as pure streams. */
+typedef struct {
+  mix_call first, second;
+} two_pass_call;
+
+static int launch_two_pass(void *ctx, cudaStream_t s) {
+  two_pass_call *c = ctx;
+  return launch_mix(&c->first, s) || launch_mix(&c->second, s);
+}
+
+static int resolve_stream_kernel(const char *name, const char *params, sk_kernel **k) {
+  sk_kernel_request req = {"test.stream_mix", "test/stream_mix.cuh", name, params, NULL, NULL, 0, 0};
+  SK(sk_kernel_resolve(&req, k));
+  return 0;
+}
+
+/* run_post_pre's traffic as one pass (sk_test::stream_reread): per token x and 4 streams in, 4
+ * streams and y out (10 arrays counted), the 4 streams written re-read LAG grid rounds later for
+ * the collapse. Against the two passes of today's kernels (5:4, then the finalize's 4:1: 14 arrays
+ * moved for 10 counted) and against one pass with no re-read (5:5). The question it answers: can
+ * a persistent post_pre that collapses a token group a few groups after writing its streams get
+ * the re-read from L2, and what rate is left for its bytes? */
+static int one_pass_table(bench_json *json, void **arrays, size_t bytes, int sms, cudaStream_t s) {
+  enum { kCtasPerSmReread = 4 };
+  const unsigned grid = (unsigned)(sms * kCtasPerSmReread);
+  const double counted = 10.0 * (double)bytes, round_mb = (double)grid * kThreads * 16 * 4 / 1e6;
+  printf("\n### run_post_pre as one pass: the streams re-read from L2\n\n"
+         "%u CTAs x %d threads, one vector per thread per array a round; GB/s counts x, 4 streams, "
+         "4 streams out and y once (10 arrays).\n\n| schedule | pending re-reads (MB) | GB/s |\n|---|---|---|\n",
+         grid, kThreads);
+  two_pass_call two = {{0}, {0}};
+  if (resolve_stream_kernel("sk_test::stream_mix<5, 4, 4, 0>", "reads=5 writes=4 unroll=4 mode=0", &two.first.k) ||
+      resolve_stream_kernel("sk_test::stream_mix<4, 1, 4, 0>", "reads=4 writes=1 unroll=4 mode=0", &two.second.k))
+    return 1;
+  two.first.grid = two.second.grid = (unsigned)(sms * kCtasPerSm);
+  two.first.a.vectors = two.second.a.vectors = (long long)(bytes / 16);
+  for (int r = 0; r < 5; r++) two.first.a.in[r] = arrays[r];
+  for (int w = 0; w < 4; w++) two.first.a.out[w] = arrays[kMaxArrays + w], two.second.a.in[w] = arrays[kMaxArrays + w];
+  two.second.a.out[0] = arrays[kMaxArrays + 4];
+  double us = bench_stream_us(launch_two_pass, &two, s, 5, 7);
+  if (us < 0) return 1;
+  printf("| two passes (5:4, then 4:1) | all (DRAM) | %.0f |\n", counted / (us * 1e-6) / 1e9);
+  bench_json_row(json, "{\"one_pass\":\"two_passes\",\"gbs\":%.1f,\"us\":%.2f}", counted / (us * 1e-6) / 1e9, us);
+
+  mix_call flat = {0};
+  if (resolve_stream_kernel("sk_test::stream_mix<5, 5, 4, 0>", "reads=5 writes=5 unroll=4 mode=0", &flat.k)) return 1;
+  flat.grid = (unsigned)(sms * kCtasPerSm);
+  flat.a.vectors = (long long)(bytes / 16);
+  for (int i = 0; i < 5; i++) flat.a.in[i] = arrays[i], flat.a.out[i] = arrays[kMaxArrays + i];
+  us = bench_stream_us(launch_mix, &flat, s, 5, 7);
+  if (us < 0) return 1;
+  printf("| one pass, no re-read (5:5) | - | %.0f |\n", counted / (us * 1e-6) / 1e9);
+  bench_json_row(json, "{\"one_pass\":\"no_reread\",\"gbs\":%.1f,\"us\":%.2f}", counted / (us * 1e-6) / 1e9, us);
+
+  static const int lags[] = {0, 1, 2, 3, 4, 6, 8, 16};
+  for (size_t l = 0; l < sizeof lags / sizeof lags[0]; l++) {
+    char name[64], params[32];
+    snprintf(name, sizeof name, "sk_test::stream_reread<%d>", lags[l]);
+    snprintf(params, sizeof params, "lag=%d", lags[l]);
+    mix_call c = {0};
+    if (resolve_stream_kernel(name, params, &c.k)) return 1;
+    c.grid = grid;
+    c.a.vectors = (long long)(bytes / 16);
+    for (int i = 0; i < 5; i++) c.a.in[i] = arrays[i], c.a.out[i] = arrays[kMaxArrays + i];
+    us = bench_stream_us(launch_mix, &c, s, 5, 7);
+    if (us < 0) return 1;
+    printf("| one pass, re-read %d rounds later | %.1f | %.0f |\n", lags[l], lags[l] * round_mb,
+           counted / (us * 1e-6) / 1e9);
+    bench_json_row(json, "{\"one_pass\":\"reread\",\"lag\":%d,\"pending_mb\":%.1f,\"gbs\":%.1f,\"us\":%.2f}",
+                   lags[l], lags[l] * round_mb, counted / (us * 1e-6) / 1e9, us);
+  }
+  return 0;
+}
+
+/* The write-heavy ratios with the bulk-copy engine (sk_test::stream_bulk_store: loads into
+ * registers, stores as 16 KiB cp.async.bulk copies from shared memory; sk_test::stream_bulk_copy:
+ * bulk loads too, one thread per CTA). Does the ~10% gap between write-heavy and read-heavy
+ * ratios belong to the DRAM or to the store instructions? */
+static int bulk_table(bench_json *json, void **arrays, size_t bytes, int sms, cudaStream_t s) {
+  enum { kCtasPerSmBulk = 6 }; /* 32 KiB of buffers each */
+  static const struct { int reads, writes, copy_engine_loads; } rows[] = {
+      {1, 1, 0}, {5, 4, 0}, {1, 5, 0}, {1, 4, 0}, {4, 1, 0}, {1, 1, 1}, {1, 4, 1}, {1, 5, 1},
+  };
+  printf("\n### The same ratios through the bulk-copy engine\n\n"
+         "| reads:writes | loads | stores | GB/s |\n|---|---|---|---|\n");
+  for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+    char name[64], params[64];
+    if (rows[r].copy_engine_loads) {
+      snprintf(name, sizeof name, "sk_test::stream_bulk_copy<%d>", rows[r].writes);
+      snprintf(params, sizeof params, "bulk_copy writes=%d", rows[r].writes);
+    } else {
+      snprintf(name, sizeof name, "sk_test::stream_bulk_store<%d, %d>", rows[r].reads, rows[r].writes);
+      snprintf(params, sizeof params, "bulk_store reads=%d writes=%d", rows[r].reads, rows[r].writes);
+    }
+    mix_call c = {0};
+    if (resolve_stream_kernel(name, params, &c.k)) return 1;
+    c.grid = (unsigned)(sms * kCtasPerSmBulk);
+    c.threads = rows[r].copy_engine_loads ? 32 : kThreads;
+    c.a.vectors = (long long)(bytes / 16);
+    for (int i = 0; i < rows[r].reads; i++) c.a.in[i] = arrays[i];
+    for (int i = 0; i < rows[r].writes; i++) c.a.out[i] = arrays[kMaxArrays + i];
+    const double us = bench_stream_us(launch_mix, &c, s, 5, 7);
+    if (us < 0) return 1;
+    const double gbs = (double)bytes * (rows[r].reads + rows[r].writes) / (us * 1e-6) / 1e9;
+    printf("| %d:%d | %s | bulk, 16 KiB | %.0f |\n", rows[r].reads, rows[r].writes,
+           rows[r].copy_engine_loads ? "bulk, 16 KiB" : "16 B per thread", gbs);
+    bench_json_row(json, "{\"bulk\":%s,\"reads\":%d,\"writes\":%d,\"gbs\":%.1f,\"us\":%.2f}",
+                   rows[r].copy_engine_loads ? "\"copy\"" : "\"store\"", rows[r].reads, rows[r].writes, gbs, us);
+  }
+  return 0;
 }
 
 int main(void) {
@@ -99,6 +215,7 @@ int main(void) {
   printf("| cudaMemcpy D2D | %.0f | %.0f%% | 1:1 by the driver |\n", gbs, 100.0 * gbs / copy_gbs);
   bench_json_row(&json, "{\"reads\":1,\"writes\":1,\"memcpy\":true,\"gbs\":%.1f,\"us\":%.2f}", gbs, us);
   printf("\n%lld MiB per array, grid %d x %d threads, 16-byte vectors.\n", mib, sms * kCtasPerSm, kThreads);
+  if (one_pass_table(&json, arrays, bytes, sms, s) || bulk_table(&json, arrays, bytes, sms, s)) return 1;
   bench_json_close(&json);
   for (int i = 0; i < 2 * kMaxArrays; i++) CK(cudaFree(arrays[i]));
   CK(cudaStreamDestroy(s));
