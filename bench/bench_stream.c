@@ -190,9 +190,8 @@ int main(void) {
     char params[64];
     snprintf(params, sizeof params, "reads=%d writes=%d unroll=%d mode=%d", mixes[m].reads, mixes[m].writes, unroll,
              mode);
-    sk_kernel_request req = {"test.stream_mix", "test/stream_mix.cuh", name, params, NULL, NULL, 0, 0};
     mix_call c = {0};
-    SK(sk_kernel_resolve(&req, &c.k));
+    if (resolve_stream_kernel(name, params, &c.k)) return 1;
     c.grid = (unsigned)(sms * kCtasPerSm);
     c.a.vectors = (long long)(bytes / 16);
     for (int r = 0; r < mixes[m].reads; r++) c.a.in[r] = arrays[r];
