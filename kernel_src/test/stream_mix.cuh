@@ -97,20 +97,6 @@ __global__ void __launch_bounds__(kStreamMixThreads) stream_mix(StreamMixArgs a)
   if (WRITES == 0) a.out[0][static_cast<long long>(blockIdx.x) * kStreamMixThreads + threadIdx.x] = sink;
 }
 
-}  // namespace sk_test
-
-namespace sk_test {
-
-// The DRAM traffic of a one-pass run_post_pre, without its arithmetic: can the bytes a finalize
-// re-reads come from L2 instead of DRAM if it reads them soon enough after they were written?
-// in[0] is x and in[1..4] the 4 residual streams; out[0..3] the 4 residual_out streams, out[4] y
-// (all arrays the same length, as per token x, each stream and y are H elements). Round k of a
-// thread reads x and the streams at its vectors of round k and writes residual_out there
-// (the mix-back); then it re-reads the residual_out it wrote LAG rounds earlier (ld.global.cg: L2,
-// not the incoherent read-only path) and writes y there (the collapse, once the token's projection
-// is known). LAG rounds of the whole grid are the window a persistent kernel would keep between
-// writing a token group's streams and collapsing them: LAG x 4 x grid x 256 x 16 bytes pending.
-// Each thread re-reads only what it wrote itself, so no synchronisation is needed.
 // A load through L2 (not the read-only path: the kernel wrote these bytes), ordered after the
 // thread's earlier stores like them (volatile, memory clobber).
 SK_DEVICE uint4 reread_l2(const uint4* p) {
@@ -122,6 +108,16 @@ SK_DEVICE uint4 reread_l2(const uint4* p) {
   return v;
 }
 
+// The DRAM traffic of a one-pass run_post_pre, without its arithmetic: can the bytes a finalize
+// re-reads come from L2 instead of DRAM if it reads them soon enough after they were written?
+// in[0] is x and in[1..4] the 4 residual streams; out[0..3] the 4 residual_out streams, out[4] y
+// (all arrays the same length, as per token x, each stream and y are H elements). Round k of a
+// thread reads x and the streams at its vectors of round k and writes residual_out there
+// (the mix-back); then it re-reads the residual_out it wrote LAG rounds earlier (ld.global.cg: L2,
+// not the incoherent read-only path) and writes y there (the collapse, once the token's projection
+// is known). LAG rounds of the whole grid are the window a persistent kernel would keep between
+// writing a token group's streams and collapsing them: LAG x 4 x grid x 256 x 16 bytes pending.
+// Each thread re-reads only what it wrote itself, so no synchronisation is needed.
 template <int LAG>
 __global__ void __launch_bounds__(kStreamMixThreads) stream_reread(StreamMixArgs a) {
   static_assert(LAG >= 0 && LAG <= 64, "lag in rounds");
@@ -159,10 +155,6 @@ __global__ void __launch_bounds__(kStreamMixThreads) stream_reread(StreamMixArgs
   }
 }
 
-}  // namespace sk_test
-
-namespace sk_test {
-
 // The same streams moved by the bulk-copy engine (cp.async.bulk, sm_90+: the TMA unit, also on
 // SM120): do write-heavy ratios, which plain stores stream ~10% slower than read-heavy ones,
 // keep that gap when the stores leave shared memory as 16 KiB bulk copies? Each CTA takes whole
@@ -170,10 +162,8 @@ namespace sk_test {
 constexpr int kBulkChunkVectors = kStreamMixThreads * 4;
 constexpr unsigned kBulkChunkBytes = kBulkChunkVectors * 16;
 
-SK_DEVICE unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
 SK_DEVICE void bulk_store(uint4* dst, const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(shared_address(src)),
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(sk::smem_addr(src)),
                "r"(bytes)
                : "memory");
 }
@@ -238,16 +228,16 @@ __global__ void __launch_bounds__(32) stream_bulk_copy(StreamMixArgs a) {
   if (threadIdx.x != 0) return;
   const long long chunks = a.vectors / kBulkChunkVectors;
   for (int b = 0; b < 2; ++b)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&loaded[b])) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sk::smem_addr(&loaded[b])) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   auto load = [&](int b, long long c) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(&loaded[b])),
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sk::smem_addr(&loaded[b])),
                  "r"(kBulkChunkBytes)
                  : "memory");
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            shared_address(buffer[b])),
-        "l"(a.in[0] + c * kBulkChunkVectors), "r"(kBulkChunkBytes), "r"(shared_address(&loaded[b]))
+            sk::smem_addr(buffer[b])),
+        "l"(a.in[0] + c * kBulkChunkVectors), "r"(kBulkChunkBytes), "r"(sk::smem_addr(&loaded[b]))
         : "memory");
   };
   for (int b = 0; b < 2; ++b)
@@ -261,7 +251,7 @@ __global__ void __launch_bounds__(32) stream_bulk_copy(StreamMixArgs a) {
       asm volatile(
           "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
           : "=r"(done)
-          : "r"(shared_address(&loaded[b])), "r"(parity)
+          : "r"(sk::smem_addr(&loaded[b])), "r"(parity)
           : "memory");
 #pragma unroll
     for (int w = 0; w < WRITES; ++w) bulk_store(a.out[w] + c * kBulkChunkVectors, buffer[b], kBulkChunkBytes);
