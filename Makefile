@@ -27,7 +27,7 @@ DEB_PACKAGES := liblmdb-dev libxxhash-dev libcjson-dev libcriterion-dev libdlpac
 WARN := -Wall -Wextra -Werror -Wno-missing-field-initializers
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread \
-  -Iinclude -Iruntime -Icache -I$(BUILD)/gen -I$(CUDA_HOME)/include \
+  -Iinclude -Iruntime -Icache -Iops -I$(BUILD)/gen -I$(CUDA_HOME)/include \
   -DSK_DEFAULT_CUDA_HOME='"$(CUDA_HOME)"'
 LIB_CFLAGS := $(ALL_CFLAGS) -fvisibility=hidden -DSK_BUILDING_LIBRARY
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
@@ -36,10 +36,14 @@ LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnvrtc -lnvJitLink -llmdb 
 LDFLAGS ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 
-LIB_SRCS := $(sort $(wildcard runtime/*.c runtime/ops/*/*.c cache/*.c))
+# ops/<family>/: host code (*.c), kernels (*.cuh, embedded by path relative to ops/), CPU
+# references (ref*.c, tests only), case tables (cases*.c, tests only) and contract docs.
+OP_TEST_SRC = $(filter ref% cases%,$(notdir $(1)))
+OP_HOST_SRCS := $(foreach f,$(wildcard ops/*/*.c),$(if $(call OP_TEST_SRC,$(f)),,$(f)))
+LIB_SRCS := $(sort $(wildcard runtime/*.c cache/*.c) $(OP_HOST_SRCS))
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded_sources.o
-KERNEL_SRCS := $(sort $(shell find kernel_src -type f \( -name '*.cuh' -o -name '*.cu' \) 2>/dev/null))
-REF_SRCS := $(sort $(wildcard tests/ref/*.c))
+KERNEL_SRCS := $(sort $(shell find ops -type f \( -name '*.cuh' -o -name '*.cu' \) 2>/dev/null))
+REF_SRCS := $(sort $(wildcard ops/*/ref*.c))
 REF_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(REF_SRCS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -74,7 +78,7 @@ $(BUILD)/bin/sk-embed: tools/embed.c | $(DEPS_STAMP)
 
 $(BUILD)/gen/embedded_sources.c: $(BUILD)/bin/sk-embed $(KERNEL_SRCS)
 	@mkdir -p $(@D)
-	$(BUILD)/bin/sk-embed kernel_src $@ $(KERNEL_SRCS:kernel_src/%=%)
+	$(BUILD)/bin/sk-embed ops $@ $(KERNEL_SRCS:ops/%=%)
 
 $(BUILD)/obj/gen/embedded_sources.o: $(BUILD)/gen/embedded_sources.c
 	@mkdir -p $(@D)
@@ -83,6 +87,11 @@ $(BUILD)/obj/gen/embedded_sources.o: $(BUILD)/gen/embedded_sources.c
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
+
+# The CPU references: test code, built like the tests (not into the library).
+$(REF_OBJS): $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests -MMD -MP -c -o $@ $<
 
 $(BUILD)/obj/tests/%.o: tests/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -114,7 +123,7 @@ $(BUILD)/lib/libskref.a: $(REF_OBJS)
 	rm -f $@ && ar rcs $@ $^ $(if $(REF_OBJS),,)
 
 # The mhc reference as a shared library, for bench/peer_mhc_torch.py's check (ctypes).
-$(BUILD)/lib/libskref_mhc.so: tests/ref/mhc.c tests/ref/mhc.h
+$(BUILD)/lib/libskref_mhc.so: ops/norm/ref_mhc.c ops/norm/ref_mhc.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests -fPIC -shared -o $@ $< -lm
 

@@ -20,7 +20,7 @@
 #include "bench_util.h"
 #include "internal.h" /* sk_now_seconds: the runtime's monotonic clock, as bench_runtime uses */
 
-#include "ref/gemm.h"
+#include "gemm/ref.h"
 #include "sparkinfer/gemm.h"
 #include "sparkinfer/jit.h"
 #include "sparkinfer/quantization.h"

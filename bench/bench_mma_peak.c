@@ -1,5 +1,5 @@
 /* bench_mma_peak - the tensor-core ceiling of warp-level mma.sync on the GPU at hand.
- * A register-only kernel (kernel_src/test/mma_peak.cuh) issues independent MMAs from every warp;
+ * A register-only kernel (ops/test/mma_peak.cuh) issues independent MMAs from every warp;
  * TFLOP/s = 2*M*N*K per MMA. This is the denominator for the portable prefill GEMM: on sm_90 it
  * is what mma.sync can reach at best (cuBLASLt uses wgmma, which mma.sync cannot issue), and it
  * shows that ptxas emulates e4m3 mma.sync on sm_90. Median of 5 rounds (CUDA events). */

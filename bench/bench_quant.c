@@ -14,7 +14,7 @@
 
 #include "bench_util.h"
 
-#include "ref/skref.h"
+#include "common/ref.h"
 #include "sparkinfer/quantization.h"
 
 

@@ -2,7 +2,7 @@
  * "% of copy" in the other benchmarks divides by one figure, the 1:1 copy rate (~4.3 TB/s on the
  * H200). A kernel that reads x once and writes it five times (run_pre's finalize) or reads four
  * streams and writes one (run_post_pre's) moves bytes in another ratio, whose ceiling can differ.
- * This bench streams READS input arrays into WRITES output arrays (kernel_src/test/stream_mix.cuh,
+ * This bench streams READS input arrays into WRITES output arrays (ops/test/stream_mix.cuh,
  * 16-byte vectors, grid-stride, every SM full) and reports GB/s counting each byte read or written
  * once, for each ratio; plus cudaMemcpy device to device. Median of 7 rounds of 5 launches.
  * SK_BENCH_MB: MiB per array (default 256: every ratio far beyond the 50 MB L2).

@@ -1,7 +1,7 @@
 """Peer for bench_mhc: norm.mhc's three entry points written in PyTorch and compiled with
 torch.compile, timed on the same GPU and sizes (H 2048/4096/7168, T 1/8/16/128/4096, bf16 norm
 weight, 20 Sinkhorn rounds) with the same byte count (every input read once, every output written
-once). The math is docs/ops/norm.mhc.md's; fp32 throughout, like the kernels. Prints a Markdown
+once). The math is ops/norm/norm.mhc.md's; fp32 throughout, like the kernels. Prints a Markdown
 table; with SK_BENCH_JSON=FILE also writes JSON. SK_BENCH_H / SK_BENCH_T filter rows."""
 import ctypes
 import json

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 typedef struct sk_embedded_source {
-  const char *path;        /* relative to kernel_src/, e.g. "common/fp8.cuh" */
+  const char *path;        /* relative to ops/, e.g. "common/fp8.cuh" */
   const char *text;        /* NUL-terminated source text */
   size_t length;
   uint64_t hash;           /* XXH3-64 of the text */

@@ -165,7 +165,7 @@ sk_status sk_jit_compile(const sk_kernel_request *req, sk_compiled *out) {
   const sk_embedded_source *src = NULL;
   SK_TRY(sk_request_validate(req, false, &src));
 
-  /* Headers: the closure of the kernel's source, by their kernel_src-relative paths. */
+  /* Headers: the closure of the kernel's source, by their ops-relative paths. */
   const char *hdr_text[512], *hdr_name[512];
   size_t nh = src->closure_count < 512 ? src->closure_count : 512;
   for (size_t i = 0; i < nh; i++) {

@@ -1,4 +1,4 @@
-// Activation quantizers of the FP8 linear ops (kernel_src/gemm/act_quant.cuh): checks of the CPU
+// Activation quantizers of the FP8 linear ops (ops/gemm/act_quant.cuh): checks of the CPU
 // references skref_gemm_quantize_block_fp8_rows / skref_gemm_quantize_tensor_fp8 on hand-worked
 // cases and edge cases, and a CPU emulation of the kernels' exact operation order (integer-bit
 // amax with the kernels' skip rules, the nvfp4_amax_partials grid-stride split, IEEE fp32
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ref/gemm.h"
+#include "gemm/ref.h"
 
 static uint64_t fresh_seed(const char* what) {
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)what;
@@ -35,7 +35,7 @@ static uint16_t bf(float f) {
   return (uint16_t)(u >> 16);
 }
 
-// ---- emulation of the kernels (kernel_src/gemm/act_quant.cuh + common/numeric.cuh) -----------
+// ---- emulation of the kernels (ops/gemm/act_quant.cuh + common/numeric.cuh) -----------
 // magnitude_bits_skip_nan / magnitude_bits_finite
 static uint32_t emu_mag_skip_nan(float v) {
   uint32_t a = f32_bits(v) & 0x7FFFFFFFu;

@@ -4,13 +4,13 @@
  * row tiles they pick. Device pointers are fake: validation never dereferences them. */
 #include <criterion/criterion.h>
 
-#include "ref/gemm.h"
-#include "ref/skref.h"
+#include "gemm/ref.h"
+#include "common/ref.h"
 #include "sparkinfer/gemm.h"
 #include "sparkinfer/quantization.h"
 #include "testutil.h"
 
-#include "../kernel_src/gemm/decode_schedule.cuh" /* plain C11: the decode kernel's work split */
+#include "gemm/decode_schedule.cuh" /* plain C11: the decode kernel's work split */
 
 Test(gemm_ops, pack_weight_matches_reference_for_every_recipe) {
   uint64_t seed = skref_test_seed("gemm pack_weight"), rng = seed;

@@ -1,4 +1,4 @@
-// CPU model of the prefill kernel kernel_src/gemm/mma_tiled.cuh: replays its grouped raster,
+// CPU model of the prefill kernel ops/gemm/mma_tiled.cuh: replays its grouped raster,
 // its producer (each thread's 16-byte cp.async of one chunk column of rows row + c * row_step into
 // the swizzled stage layout at base + c * step, zero fill past M / N, the whole-512-byte swizzled
 // scale k-tiles, block-FP8 scale rows), its per-lane fragment loads and scale reads, its FP4
@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernel_src/gemm/e2m1_decode.cuh"
-#include "../kernel_src/gemm/tiled_layout.cuh"
-#include "ref/gemm.h"
+#include "gemm/e2m1_decode.cuh"
+#include "gemm/tiled_layout.cuh"
+#include "gemm/ref.h"
 
 typedef struct {
   int recipe, bm, bn, wm_, wn_;  // tile and warp grid (BK = 128)

@@ -1,5 +1,5 @@
 /* norm.mhc tensor-core partial kernels, emulated on the CPU: the index math of
- * kernel_src/norm/mhc_layout.cuh (the functions the kernel calls) drives an independently written
+ * ops/norm/mhc_layout.cuh (the functions the kernel calls) drives an independently written
  * model of ldmatrix and mma.sync m16n8k16 (PTX ISA fragment layouts), and one 16-token group of
  * both variants (run_pre: 1 stream in smem, run_post_pre: 4) is checked against direct sums:
  * the 24 projection dots, the 10 Gram entries, every slot written once, conflict-free ldmatrix.
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../kernel_src/norm/mhc_layout.cuh"
+#include "norm/mhc_layout.cuh"
 
 #define G SK_MHC_GROUP
 #define CH SK_MHC_CHUNKS

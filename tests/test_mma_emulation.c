@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ref/gemm.h"
-#include "ref/mma_emu.h"
+#include "gemm/ref.h"
+#include "common/ref_mma_emu.h"
 
 static uint64_t fresh_seed(const char* what) {
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)what;
@@ -124,9 +124,9 @@ Test(mma_emulation, scale_lane_mapping) {
     }
 }
 
-// ---- the SM120 kernel's own index math (kernel_src/gemm/sm120_layout.cuh, included as C) ------
+// ---- the SM120 kernel's own index math (ops/gemm/sm120_layout.cuh, included as C) ------
 
-#include "../kernel_src/gemm/sm120_layout.cuh"
+#include "gemm/sm120_layout.cuh"
 
 static const skref_sm120_cfg kSm120Cfgs[] = {
     {128, 128, 2, 4, 4},  // manifest: nvfp4 / mxfp4
@@ -207,7 +207,7 @@ Test(mma_emulation, sm120_kernel_faults_are_detected) {
 }
 
 // The scale lanes and ldmatrix fragments the header computes are the ones the instruction
-// expects (docs/ops/gemm.md 5.3), independently of any data.
+// expects (ops/gemm/gemm.md 5.3), independently of any data.
 Test(mma_emulation, sm120_layout_matches_instruction_lanes) {
   for (int tid_a = 0; tid_a < 2; ++tid_a)
     for (int m = 0; m < 16; ++m)  // row m of m tile tid_a is read from lane 4(m%8) + 2 tid_a + m/8

@@ -7,7 +7,7 @@
  * (Inf included) become MAX_NORM with the input's sign; NaN becomes the destination's NaN
  * (E4M3 0x7F) or, for E2M1 which has none, positive MAX_NORM (0x7). Zero results keep the
  * sign. Elsewhere (and with CVT = kCvtSoftware) they use the integer code in numeric.cuh, which
- * is the skref encoder (checked identical over all 2^32 floats, see docs/ops/quantization.md).
+ * is the skref encoder (checked identical over all 2^32 floats, see ops/quantization/quantization.md).
  *
  * Below, emulate_cvt_* implements those PTX semantics independently (per-binade rounding in
  * double), and the kernels' exact hardware-path compositions (operand order, packing, -0
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ref/skref.h"
+#include "common/ref.h"
 /* The kernels' fast software E2M1 encoder, the very code (C/C++ common subset). */
-#include "../kernel_src/common/e2m1_fast.cuh"
+#include "common/e2m1_fast.cuh"
 
 /* ---- PTX cvt emulation ----------------------------------------------------------------------- */
 /* Round |x| to a multiple of `spacing` (a power of two), ties to even multiple; exact in double. */
@@ -73,7 +73,7 @@ static uint16_t emulate_cvt_e4m3x2(float a, float b) {
   return (uint16_t)((e4m3_convert(a) << 8) | e4m3_convert(b));
 }
 
-/* ---- the kernels' hardware-path compositions (kernel_src/common/numeric.cuh) -------------------
+/* ---- the kernels' hardware-path compositions (ops/common/numeric.cuh) -------------------
  */
 /* pack_e2m1x8<kCvtHardware>: byte j = cvt.e2m1x2(v[2j+1], v[2j]), then -0 codes cleared. */
 static uint32_t clear_negative_zeros(uint32_t packed) {
@@ -342,7 +342,7 @@ Test(emulation, quantized_blocks_hw_path_equal_reference, .init = init) {
   cr_assert(nonzero > 20000, "most nvfp4 blocks must have a nonzero scale (%u)", nonzero);
 }
 
-/* ---- the fast software E2M1 path (kernel_src/common/e2m1_fast.cuh, used on sm_90) --------------
+/* ---- the fast software E2M1 path (ops/common/e2m1_fast.cuh, used on sm_90) --------------
  * sk_float_to_e2m1_fast(q) must equal the reference encoder with -0 (0x8) replaced by +0, which
  * is what the NVFP4 kernels store, for every fp32 bit pattern. Checked exhaustively over every
  * pattern whose exponent field is 120..131 (|q| in [2^-7, 32): every rounding boundary, both
@@ -404,7 +404,7 @@ Test(emulation, fast_e2m1_packing_equals_reference, .init = init) {
 
 /* ---- the NVFP4 kernel's block fast and middle paths (sm_90) ---------------------------------------
  * Fast, taken by a block whose amax * eff < 7: the unclamped magnitude lines, and the signs applied
- * eight at a time from the inputs' sign bits (kernel_src/common/e2m1_fast.cuh). Middle, taken when
+ * eight at a time from the inputs' sign bits (ops/common/e2m1_fast.cuh). Middle, taken when
  * amax * eff is finite and sign-clear but not below 7 (a saturated scale): the clamped lines and
  * the same signs. */
 

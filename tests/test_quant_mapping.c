@@ -1,5 +1,5 @@
-/* The row quantizers' work split (kernel_src/quantization/split.cuh), checked on the CPU with the
- * kernels' own index functions: every thread of every CTA (kernel_src/quantization/chunks.cuh
+/* The row quantizers' work split (ops/quantization/split.cuh), checked on the CPU with the
+ * kernels' own index functions: every thread of every CTA (ops/quantization/chunks.cuh
  * UnitWalk and the unit loops of nvfp4_rows / mxfp8_rows, mirrored step for step, including the
  * warp shuffles and byte permutes of the scale transpose) is replayed for many shapes and grids,
  * and
@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernel_src/common/e2m1_fast.cuh" /* sk_prmt: the PTX prmt.b32 emulation */
-#include "../kernel_src/quantization/split.cuh"
-#include "ops/quantization/quant_common.h"
-#include "ref/skref.h"
+#include "common/e2m1_fast.cuh" /* sk_prmt: the PTX prmt.b32 emulation */
+#include "quantization/split.cuh"
+#include "quantization/quant_common.h"
+#include "common/ref.h"
 
 typedef struct {
   int m, cpr, ld_x, bc, value_bytes, cols, k_tiles, slabs, units, rows_words;

@@ -84,7 +84,7 @@ Test(quant_ops, offline_plan_binds_and_rejects_bad_tensors, .init = setup, .fini
   void *scratch = (void *)0x600000;
   sk_binding b;
   cr_assert_eq(sk_nvfp4_bind(p, &x, &v, &s, &r, &g, scratch, spec.bytes, &b), SK_OK, "%s", sk_last_error_message());
-  /* The rows kernel's 2-D grid (kernel_src/quantization/split.cuh): 64 k-tiles of 64 values, and
+  /* The rows kernel's 2-D grid (ops/quantization/split.cuh): 64 k-tiles of 64 values, and
    * 2 slabs of 128 rows at one unit per CTA (128 units, fewer than 4 CTAs per SM). */
   cr_assert(b.dim[2] == 64 && b.dim[4] == 2, "grid (%lld, %lld)", (long long)b.dim[2], (long long)b.dim[4]);
 

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ref/skref.h"
+#include "common/ref.h"
 
 #define MAX_REPORTS 8
 

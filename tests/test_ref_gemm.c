@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ref/gemm.h"
+#include "gemm/ref.h"
 
 static uint64_t fresh_seed(const char* what) {
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)what;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ref/mhc.h"
+#include "norm/ref_mhc.h"
 
 /* ---- random inputs (seed printed; SK_TEST_SEED=N replays a run) -------------------------- */
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ref/skref.h"
+#include "common/ref.h"
 
 static uint16_t bf(float f) { return skref_float_to_bf16(f); }
 

@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
             int d = find(inc);
             if (d < 0) {
               fprintf(stderr, "%s:%d: #include \"%s\" is not an embedded source; local includes "
-                      "must be paths relative to kernel_src/\n", srcs[i].path, line, inc);
+                      "must be paths relative to ops/\n", srcs[i].path, line, inc);
               return 1;
             }
             srcs[i].direct[srcs[i].ndirect++] = d;

@@ -5,7 +5,7 @@
  *
  *   C[m, n] = out_cast(alpha * sum_k deq(A)[m, k] * deq(B)[n, k])     A [M,K], B [N,K], K-major
  *
- * Recipes (formats and scale layouts: docs/ops/gemm.md):
+ * Recipes (formats and scale layouts: ops/gemm/gemm.md):
  *   NVFP4       E2M1 codes (2 per byte, low nibble first), UE4M3 scale per 16, 128x4 swizzled;
  *               alpha = 1/(gsA*gsB)
  *   MXFP4       E2M1 codes, UE8M0 scale per 32, swizzled
@@ -53,7 +53,7 @@ SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t 
 
 /** What sk_gemm_mm launches for one problem shape (sk_gemm_describe). */
 typedef struct sk_gemm_launch_info {
-  char source[64];        /**< kernel source, relative to kernel_src/ (e.g. "gemm/gemv_decode.cuh") */
+  char source[64];        /**< kernel source, relative to ops/ (e.g. "gemm/gemv_decode.cuh") */
   char name[160];         /**< name expression, as in compile logs and `sk-warm --dry-run` */
   char params[128];       /**< the kernel request's params string */
   sk_dim3 grid, block;    /**< launch geometry */
@@ -126,7 +126,7 @@ SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe recipe, int64_t n, int64_t 
  *  [M, K]; w_codes uint8 [N, K]; w_scales swizzled uint8; alpha as mm (NULL = 1); out as mm's c.
  *  x is quantized into `workspace` by the quantization.mxfp8 kernel, then mm runs (two launches).
  *  With SPARKINFER_GEMM_LINEAR_FUSED=1, M <= 8 is one decode launch that quantizes x itself
- *  (bitwise equal to the two launches; measured slower on the H200, docs/ops/gemm.md); the
+ *  (bitwise equal to the two launches; measured slower on the H200, ops/gemm/gemm.md); the
  *  workspace then only holds mm's K-split partials and may be 0 bytes (NULL). Size:
  *  sk_gemm_mxfp8_linear_workspace_bytes (zeroed once; a larger workspace is fine; it follows
  *  that variable, read once per process; 0 for M < 1 or a weight shape mm refuses). Thread

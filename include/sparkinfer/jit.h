@@ -1,7 +1,7 @@
 /*
  * sparkinfer/jit.h - kernel requests, resolution and launch.
  *
- * Every kernel in sparkinfer is a CUDA C++ template embedded in the library (kernel_src/),
+ * Every kernel in sparkinfer is a CUDA C++ template embedded in the library (ops/),
  * instantiated per configuration through NVRTC (and nvJitLink for LTO), cached as a cubin in
  * LMDB and loaded with the CUDA driver. Ops use this API internally; it is public so that tools,
  * tests and advanced callers can prebuild, inspect and launch kernels directly.
@@ -31,7 +31,7 @@ extern "C" {
 /** One kernel instantiation. All strings are borrowed for the duration of the call only. */
 typedef struct sk_kernel_request {
   const char *op;         /**< owning op ("quantization.nvfp4"); logs and metadata only */
-  const char *source;     /**< embedded source path relative to kernel_src ("test/scale.cuh") */
+  const char *source;     /**< embedded source path relative to ops ("test/scale.cuh") */
   const char *name_expr;  /**< __global__ template instantiation ("sk_test::scale<float, 256>") */
   const char *params;     /**< human-readable key params ("dtype=f32 block=256"); logs only */
   const char *arch;       /**< target ("sm_120a"); NULL = the current device's arch (needs GPU) */
@@ -95,7 +95,7 @@ SK_API sk_status sk_kernel_launch(const sk_kernel *kernel, sk_dim3 grid, sk_dim3
 enum {
   /** Programmatic dependent launch (sm_90+, CUDA 12 driver): the kernel may be scheduled before
    *  the previous kernel in `stream` has finished, so its launch latency overlaps that kernel's
-   *  tail. Only for kernels that execute `griddepcontrol.wait` (kernel_src/common/sync.cuh,
+   *  tail. Only for kernels that execute `griddepcontrol.wait` (ops/common/sync.cuh,
    *  pdl_wait_for_previous) before they read or write anything the previous work touches: every
    *  op kernel of the library but the tiled (M > 16) GEMM does. Ignored (a plain launch) below sm_90, without
    *  cuLaunchKernelEx, with SPARKINFER_PDL=0 and with SPARKINFER_TIMING=1; a driver that answers

@@ -1,7 +1,7 @@
 /*
  * sparkinfer/norm.h - norm.mhc: fused RMSNorm + hyper-connection residual (DeepSeek-V4 mHC),
  * with 4 residual streams and 24 mixes (pre 4, post 4, comb 4x4). Exact math, shapes, epsilons
- * and tolerances: docs/ops/norm.mhc.md.
+ * and tolerances: ops/norm/norm.mhc.md.
  *
  * Entry points (one plan serves all three):
  *  - pre:      streams = 4 copies of x; y, post [T,4], comb [T,4,4] from the streams

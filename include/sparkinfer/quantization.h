@@ -8,7 +8,7 @@
  *  - mxfp8: E4M3 values [M, K] bytes and one UE8M0 scale byte per 32 values.
  * Scales go to the 128x4 swizzled MMA layout (CUTLASS/cuBLASLt/FlashInfer: [ceil(M/128),
  * ceil(S/4), 32, 4, 4] bytes for S = K/16 or K/32 scale columns, zero padded), to a row-major
- * [M, S] buffer, or to both. The exact math, NaN/Inf policy and layouts: docs/ops/quantization.md.
+ * [M, S] buffer, or to both. The exact math, NaN/Inf policy and layouts: ops/quantization/quantization.md.
  *
  * Life cycle (sparkinfer/op.h): plan_create -> scratch_spec -> bind -> run -> plan_destroy.
  * FP8/FP4 codes and scale bytes are passed as DLPack uint8 tensors.

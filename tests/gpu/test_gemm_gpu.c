@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "gpu_util.h"
-#include "ref/gemm.h"
-#include "ref/skref.h"
+#include "gemm/ref.h"
+#include "common/ref.h"
 #include "sparkinfer/gemm.h"
 #include "sparkinfer/jit.h"
 #include "sparkinfer/quantization.h"

@@ -1,5 +1,5 @@
 /* norm.mhc on a GPU against the double-precision reference (tests/ref/mhc.h), stage by stage,
- * with the tolerances of docs/ops/norm.mhc.md; poisoned outputs; both partial variants (scalar
+ * with the tolerances of ops/norm/norm.mhc.md; poisoned outputs; both partial variants (scalar
  * for T <= 8 by default, tensor cores above; each also forced onto the other side through
  * SPARKINFER_MHC_SCALAR_MAX_T); both schedules of the tensor-core partials (SPARKINFER_MHC_STAGES
  * 2 vs 3-4); the fused decode launch bit-identical to scalar partial + finalize, leaving its
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "gpu_util.h"
-#include "ref/mhc.h"
-#include "ref/skref.h"
+#include "norm/ref_mhc.h"
+#include "common/ref.h"
 #include "sparkinfer/norm.h"
 #include "testutil.h"
 
@@ -134,7 +134,7 @@ static void run_config(int h, int t, sk_mhc_norm_weight nw, skref_rng *r, uint64
           break;
         }
     }
-    /* The pre half on the GPU's own bf16 streams (docs/ops/norm.mhc.md, Tolerances). */
+    /* The pre half on the GPU's own bf16 streams (ops/norm/norm.mhc.md, Tolerances). */
     if (entry == 0) skref_mhc_pre(&cfg, t, x, fnp, NULL, rpost, rcomb, ry, co); /* run_pre projects with fn_pre */
     else skref_mhc_pre_streams(&cfg, t, ro, fn, rpost, rcomb, ry, co);
     skref_mhc_y_magnitude(&cfg, t, ro, co, ymag);
@@ -492,7 +492,7 @@ Test(gpu_mhc, graph_replay_after_freeze_is_bit_exact, .init = setup, .fini = tea
   sk_mhc_plan_destroy(plan);
 }
 
-/* The post_pre partial's variants compute the same bits (docs/ops/norm.mhc.md): fn terms in
+/* The post_pre partial's variants compute the same bits (ops/norm/norm.mhc.md): fn terms in
  * registers or shared memory (SPARKINFER_MHC_FN_SMEM_TERMS), the lockstep loop with or without its
  * own sums buffer (SPARKINFER_MHC_OWN_SUMS) and the pipelined schedule (SPARKINFER_MHC_STAGES), all
  * read at plan time. Every output of run_post_pre against

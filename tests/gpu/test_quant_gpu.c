@@ -7,11 +7,11 @@
 #include <string.h>
 
 #include "gpu_util.h"
-#include "ref/skref.h"
+#include "common/ref.h"
 #include "sparkinfer/jit.h"
 #include "sparkinfer/quantization.h"
 #include "testutil.h"
-#include "../../kernel_src/quantization/split.cuh" /* the kernels' unit count (plain C as well) */
+#include "quantization/split.cuh" /* the kernels' unit count (plain C as well) */
 
 static char *dir;
 static void setup(void) { dir = gpu_test_setup("gpuq"); }
@@ -203,7 +203,7 @@ Test(gpu_quant, mxfp8_bit_exact_over_shapes, .init = setup, .fini = teardown, .t
                case_failures);
 }
 
-/* The unit work split (kernel_src/quantization/split.cuh, chunks.cuh): ragged row tiles and
+/* The unit work split (ops/quantization/split.cuh, chunks.cuh): ragged row tiles and
  * k-tiles (M = 1, odd M, K/16 or K/32 not a multiple of 4), the smallest K (16, 32, 48: one to three
  * scale columns of a k-tile), and several units per CTA (SPARKINFER_QUANT_CHUNKS_PER_THREAD, read at
  * plan creation: 1 and 4 = one unit per CTA, 8 = two, 16 = four units of the grid-stride loop). */
@@ -241,7 +241,7 @@ Test(gpu_quant, multi_chunk_tails_bit_exact, .init = setup, .fini = teardown, .t
 }
 
 /* The rows kernels launched directly: 2-D grids the host never picks (fewer and more CTA columns
- * than k-tiles and rows than slabs of kernel_src/quantization/split.cuh), ld_x > K, and the in-CTA
+ * than k-tiles and rows than slabs of ops/quantization/split.cuh), ld_x > K, and the in-CTA
  * global scale mode (nvfp4_rows GS_MODE 2, grid 1 x 1), against the reference with the same ld. */
 static void direct_case(int nvfp4, skref_dtype dt, int m, int k, int ld, int layout, int gs_mode, sk_dim3 grid,
                         skref_rng *rng, uint64_t seed) {
@@ -317,7 +317,7 @@ Test(gpu_quant, direct_launch_any_grid_ld_and_in_cta, .init = setup, .fini = tea
 /* Given global scales at the extremes: zero, negative, tiny (1 / gs overflows, or eff does),
  * huge, Inf and NaN. The sm_90 kernel sends blocks whose amax * eff is not below 7 (NaN, Inf,
  * non-finite eff, values past the E2M1 range) down its general path and the rest down the fast
- * one; both must match the reference (kernel_src/quantization/nvfp4.cuh). */
+ * one; both must match the reference (ops/quantization/nvfp4.cuh). */
 Test(gpu_quant, nvfp4_extreme_given_global_scales, .init = setup, .fini = teardown, .timeout = 600) {
   uint64_t seed = skref_test_seed("gpu nvfp4 extreme gs");
   skref_rng rng;
