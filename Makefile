@@ -80,6 +80,15 @@ $(BUILD)/gen/embedded_sources.c: $(BUILD)/bin/sk-embed $(KERNEL_SRCS)
 	@mkdir -p $(@D)
 	$(BUILD)/bin/sk-embed ops $@ $(KERNEL_SRCS:ops/%=%)
 
+# The op registry's list, generated from the ops' `const sk_op_def sk_op_<group>_<op> = {` lines
+# (rewritten only when it changes, so the registry is not rebuilt for nothing).
+OP_LIST := $(BUILD)/gen/op_list.h
+$(OP_LIST): $(OP_HOST_SRCS) Makefile
+	@mkdir -p $(@D)
+	@{ printf '#define SK_OP_LIST(X)'; sed -n 's/^const sk_op_def \(sk_op_[a-z0-9_]*\) = .*/ X(\1)/p' $(OP_HOST_SRCS) | \
+	  sort | tr -d '\n'; echo; } > $@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(BUILD)/obj/runtime/registry.o: $(OP_LIST)
+
 $(BUILD)/obj/gen/embedded_sources.o: $(BUILD)/gen/embedded_sources.c
 	@mkdir -p $(@D)
 	$(CC) $(LIB_CFLAGS) -Iruntime -c -o $@ $<

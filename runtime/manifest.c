@@ -180,7 +180,7 @@ static sk_status parse_op(const cJSON *o, size_t idx, const char *const *cli, sk
   const cJSON *caps = cJSON_GetObjectItemCaseSensitive(o, "caps");
   snprintf(w, sizeof w, "%s.op", where);
   if (!cJSON_IsString(op)) return bad(w, "expected a string naming an op (see sk_list_ops)");
-  const sk_op_desc *d = sk_find_op(op->valuestring);
+  const struct sk_op_def *d = sk_find_op(op->valuestring);
   if (!d) {
     char msg[200];
     snprintf(msg, sizeof msg, "unknown op \"%.64s\" (see sk_list_ops / sk-warm --list-ops)", op->valuestring);
@@ -188,13 +188,12 @@ static sk_status parse_op(const cJSON *o, size_t idx, const char *const *cli, sk
   }
   snprintf(w, sizeof w, "%s.caps", where);
   if (!cJSON_IsObject(caps)) return bad(w, "expected an object");
-  if (!d->build_requests) return bad(w, "this op has no manifest builder");
   const char *archs[16];
   size_t narchs = 0;
   SK_TRY(entry_archs(o, where, cli, archs, &narchs));
   for (size_t a = 0; a < narchs; a++) {
-    if (d->is_supported && !d->is_supported(archs[a])) continue;
-    sk_status s = d->build_requests(caps, archs[a], out);
+    if (!sk_op_def_supports(d, archs[a])) continue;
+    sk_status s = sk_op_build_requests(d, caps, archs[a], out);
     if (s != SK_OK) return sk_set_error(SK_ERR_MANIFEST, "manifest: %s (%s, %s): %s", where, op->valuestring, archs[a],
                                         sk_last_error_message());
   }

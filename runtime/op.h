@@ -1,90 +1,260 @@
 /*
- * runtime/op.h - the op spine: tensor validation, scratch layout, kernel resolution and
- * launching helpers that every op uses, so that an op's file states only what differs.
+ * runtime/op.h - the op spine: what every op states (an sk_op_def: caps, entries with their
+ * tensor tables, kernel selection, bind and run callbacks) and the shared machinery that does
+ * the rest (caps versioning, plan life cycle, tensor validation, scratch layout, resolution,
+ * manifests, warm-up record). An op's file states only what differs; docs/adding-an-op.md.
  */
 #ifndef SK_OP_INTERNAL_H
 #define SK_OP_INTERNAL_H
 
+#include <stdalign.h>
+
 #include "runtime.h"
 #include "sparkinfer/op.h"
 
-#define SK_BINDING_MAGIC 0x534b4244u /* "SKBD" */
 #define SK_SCRATCH_ALIGN 1024u     /* every scratch view starts on this boundary */
 #define SK_SCRATCH_BASE_ALIGN 256u /* what the caller's allocation must have (cudaMalloc gives it) */
+#define SK_MAX_SCRATCH_REGIONS 16
+#define SK_MAX_SYMBOLS 32          /* plan + bound symbols of one binding */
+#define SK_MAX_SYMBOL_NAME 16
 
-/* What a bound tensor must look like. shape[i] < 0 accepts any extent (the actual one is
- * returned through the tensor itself). Contiguous row-major is always required. */
-typedef struct sk_tensor_spec {
-  const char *name;       /* "x", "scales", ... for messages */
-  DLDataType dtype;       /* code, bits, lanes=1 */
-  int ndim;
-  int64_t shape[4];
-  size_t align;           /* required byte alignment of the data pointer */
-} sk_tensor_spec;
+/* ---- arch properties (runtime/arch.c) ------------------------------------------------------ */
 
-static inline DLDataType sk_dl_dtype(uint8_t code, uint8_t bits) {
-  DLDataType d = {code, bits, 1};
-  return d;
-}
-#define SK_DL_BF16 sk_dl_dtype(kDLBfloat, 16)
-#define SK_DL_FP16 sk_dl_dtype(kDLFloat, 16)
-#define SK_DL_FP32 sk_dl_dtype(kDLFloat, 32)
-#define SK_DL_U8 sk_dl_dtype(kDLUInt, 8)
-/* FP8/FP4 codes and scale bytes travel as uint8 (the DLPack this targets has no FP8 codes). */
+/* What kernel selection may depend on. A plan for the current device's arch takes the SM count
+ * from the device; otherwise (an explicit arch, offline plans, manifests) from the table below,
+ * where each arch lists the devices it is tuned for. */
+typedef struct sk_arch_props {
+  char arch[SK_MAX_ARCH];  /* "sm_120a" */
+  int cc;                  /* 120 */
+  const char *device;      /* "RTX 5090"; "this device" when measured */
+  int sm_count;
+  unsigned smem_per_block; /* bytes one block can opt in to (static + dynamic) */
+  unsigned smem_per_sm;
+  double dram_gbps;        /* DRAM bandwidth class, GB/s (spec sheet) */
+  int measured;            /* 1: sm_count read from the present device */
+} sk_arch_props;
 
-/* Validate `t` against `spec` for op `op`; on success *data is the element pointer (data +
- * byte_offset). Errors: SK_ERR_INVALID_ARGUMENT naming op, tensor and what is wrong. */
-sk_status sk_check_tensor(const char *op, const DLTensor *t, const sk_tensor_spec *spec, void **data);
+/* The devices of the table for `arch` (its compute capability; the 'a'/'f' suffix is kept from
+ * `arch`): *count entries written to out (at most cap). An arch the table lacks gets one
+ * generic entry (128 SMs, the arch's shared-memory limit, 1000 GB/s). */
+size_t sk_arch_table_devices(const char *arch, sk_arch_props *out, size_t cap);
+/* Properties a plan for `arch` uses: the present device's SM count when its arch is `arch`
+ * (and a GPU is reachable), else the table's first device for the arch. */
+sk_status sk_arch_props_for(const char *arch, sk_arch_props *out);
+/* True for the SM120 family targets that have block-scaled mma and e2m1 cvt. */
+bool sk_arch_is_sm120(const char *arch);
 
-/* Total bytes of a validated tensor (elements x bits / 8, overflow-checked by sk_check_tensor). */
-size_t sk_tensor_bytes(const DLTensor *t);
+/* ---- tuning overrides -------------------------------------------------------------------------
+ * One rule (docs/env.md): an op's SPARKINFER_<GROUP>_* variables are developer overrides, read
+ * by its select callback, i.e. when a plan is created or a manifest expanded, never at run. A
+ * malformed or out-of-range value fails that plan or manifest with SK_ERR_INVALID_ARGUMENT
+ * naming the variable. Overrides that change a kernel change its template arguments, so they
+ * are part of its name expression and hence of its cache key. */
+sk_status sk_tune_int(const char *var, int64_t def, int64_t lo, int64_t hi, int64_t *out);
+sk_status sk_tune_flag(const char *var, int def, int *out);
+/* A string override (NULL when unset). */
+const char *sk_tune_str(const char *var);
+
+/* ---- tensor tables --------------------------------------------------------------------------- */
+
+enum {
+  SK_DT_BF16 = 1u << 0,
+  SK_DT_FP16 = 1u << 1,
+  SK_DT_FP32 = 1u << 2,
+  SK_DT_U8 = 1u << 3,
+  SK_DT_I32 = 1u << 4,
+  SK_DT_I64 = 1u << 5,
+  SK_DT_HALF = SK_DT_BF16 | SK_DT_FP16,
+};
+
+/* One row of an entry's table. `shape`: "[d0, d1, ...]" where each dim is "*" (any extent) or an
+ * integer expression over symbols (+ - * / %, parentheses, cdiv(a,b), pad(a,b) = cdiv(a,b)*b,
+ * min, max); a dim that is a bare free symbol of the entry binds it. */
+typedef struct sk_tensor_rule {
+  const char *name;
+  const char *shape;
+  uint32_t dtypes;               /* SK_DT_* mask */
+  sk_tensor_role role;
+  sk_tensor_presence presence;   /* the default; a plan may change it (sk_plan_tensor_presence) */
+  unsigned align;                /* bytes */
+  int dtype_like;                /* index of a tensor whose dtype this one must have + 1; 0: none */
+  int strided;                   /* 1: any strides (the op's bind checks them), else row-major */
+  const char *doc;
+} sk_tensor_rule;
+
+/* A symbol the entry's tensors bind at bind time, with its inclusive range (expressions over
+ * the plan's symbols). */
+typedef struct sk_symbol_rule {
+  const char *name;
+  const char *lo, *hi;
+} sk_symbol_rule;
+
+typedef struct sk_op_entry {
+  const char *name;
+  const sk_tensor_rule *tensors;
+  size_t num_tensors;
+  const sk_symbol_rule *symbols;
+  size_t num_symbols;
+} sk_op_entry;
+
+/* ---- plans ------------------------------------------------------------------------------------ */
+
+typedef struct sk_symbol {
+  char name[SK_MAX_SYMBOL_NAME];
+  int64_t value;
+} sk_symbol;
 
 /* Scratch: regions laid out back to back, each 1024-byte aligned. */
 typedef struct sk_scratch_layout {
-  size_t offset[8], size[8];
+  size_t offset[SK_MAX_SCRATCH_REGIONS], size[SK_MAX_SCRATCH_REGIONS];
   int count;
   size_t total;
   int zero_once; /* some region holds counters that must start at zero (sk_scratch_spec.zero_once) */
 } sk_scratch_layout;
-/* Add a region; returns its index (or -1 and sets an error on overflow). */
+
+typedef struct sk_op_def sk_op_def;
+
+/* A kernel the plan's selection asked for (owned strings). */
+typedef struct sk_plan_request {
+  char *source, *name, *params;
+} sk_plan_request;
+
+struct sk_plan {
+  uint32_t magic;
+  const sk_op_def *def;
+  char arch[SK_MAX_ARCH];
+  sk_arch_props props;
+  void *caps;                    /* normalised copy; its arch pointer points at `arch` */
+  sk_plan_request *requests;     /* def->num_kernels slots; name NULL = unused */
+  sk_kernel **kernels;           /* resolved (NULL where unused or before resolution) */
+  sk_tensor_presence *presence;  /* per entry, per tensor: the plan's view of the table */
+  uint32_t *dtypes;              /* same, allowed dtypes */
+  const char **shapes;           /* same, shape rules (static strings) */
+  size_t *rule_base;             /* index of entry e's first tensor in presence/dtypes */
+  sk_symbol symbols[SK_MAX_SYMBOLS];
+  int num_symbols;
+  sk_scratch_layout scratch;
+  int offline;                   /* kernels compiled but not loaded (no GPU) */
+  int scratch_optional;          /* bind accepts a missing or short scratch (views NULL) */
+  void *state;                   /* def->plan_state_size bytes, zeroed */
+};
+
+/* Accessors for op code. */
+#define SK_PLAN_CAPS(p, type) ((const type *)(p)->caps)
+#define SK_PLAN_STATE(p, type) ((type *)(p)->state)
+
+/* Selection helpers (callable from an op's select). */
+sk_status sk_plan_set_kernel(sk_plan *p, size_t slot, const char *source, const char *name, const char *params);
+sk_status sk_plan_set_symbol(sk_plan *p, const char *name, int64_t value);
+int64_t sk_plan_get_symbol(const sk_plan *p, const char *name); /* 0 when absent */
+void sk_plan_tensor_presence(sk_plan *p, size_t entry, size_t tensor, sk_tensor_presence presence);
+void sk_plan_tensor_dtypes(sk_plan *p, size_t entry, size_t tensor, uint32_t dtypes);
+/* Another shape rule for this plan (a static string), e.g. a recipe's scale layout. */
+void sk_plan_tensor_shape(sk_plan *p, size_t entry, size_t tensor, const char *shape);
+/* The kernel of a slot after resolution (NULL when unused). */
+static inline sk_kernel *sk_plan_k(const sk_plan *p, size_t slot) { return p->kernels[slot]; }
+
+/* Scratch layout helpers: add a region and return its index (or -1 with an error set). */
 int sk_scratch_add(sk_scratch_layout *l, size_t bytes);
-/* Add a region of integer counters that runs leave at zero: the caller zeroes the scratch once. */
+/* A region of integer counters that runs leave at zero: the caller zeroes the scratch once. */
 int sk_scratch_add_counters(sk_scratch_layout *l, size_t bytes);
 sk_scratch_spec sk_scratch_spec_of(const sk_scratch_layout *l);
-/* Slice the caller's scratch into the layout's regions (views only). */
-sk_status sk_scratch_bind(const char *op, const sk_scratch_layout *l, void *scratch, size_t bytes, void **views);
 
-/* The arch a plan targets: caps_arch if given (validated), else the current device's. */
-sk_status sk_op_arch(const char *op, const char *caps_arch, char arch[SK_MAX_ARCH]);
-/* True for the SM120 family targets that have block-scaled mma and e2m1 cvt. */
-bool sk_arch_is_sm120(const char *arch);
+/* ---- bindings -------------------------------------------------------------------------------- */
 
-/* Resolve one kernel of an op at plan time (compiles if needed; loads on the GPU). */
+struct sk_binding {
+  uint32_t magic;
+  int bound;
+  const sk_plan *plan;
+  size_t entry;
+  size_t num_tensors;
+  void **data;                                /* element pointers (data + byte_offset); NULL if absent */
+  const DLTensor **seen;                      /* the caller's tensors during bind only */
+  void *scratch[SK_MAX_SCRATCH_REGIONS];      /* region views (NULL: an optional scratch not given) */
+  void *scratch_base;                         /* what the caller passed */
+  size_t scratch_bytes;
+  sk_symbol symbols[SK_MAX_SYMBOLS];          /* the entry's bound symbols */
+  int num_symbols;
+  void *state;                                /* def->binding_state_size bytes */
+};
+
+#define SK_BINDING_STATE(b, type) ((type *)(b)->state)
+/* A binding in the caller's storage (one-shot wrappers inside the library): `data` and `seen`
+ * hold the entry's tensor count, `state` the op's binding state. Not to be destroyed. */
+void sk_binding_local(sk_binding *b, const sk_plan *p, size_t entry, void **data, const DLTensor **seen, void *state);
+/* A bound symbol's value (0 when absent). */
+int64_t sk_binding_get_symbol(const sk_binding *b, const char *name);
+/* Publish a fact of the binding as a symbol (sk_binding_symbol), e.g. which path a run takes. */
+sk_status sk_binding_set_symbol(sk_binding *b, const char *name, int64_t value);
+/* The caller's tensor `i` (valid inside the op's bind callback only; NULL when absent). */
+static inline const DLTensor *sk_bind_tensor(const sk_binding *b, size_t i) { return b->seen[i]; }
+/* An error from an op's bind callback, with the spine's prefix ("op bind (entry): ..."). */
+sk_status sk_bind_error(const sk_binding *b, const char *fmt, ...) SK_PRINTF(2, 3);
+
+/* ---- the op definition ---------------------------------------------------------------------- */
+
+struct sk_op_def {
+  sk_op_info info;               /* name, style, summary, archs */
+  size_t caps_size;              /* sizeof the op's caps struct */
+  size_t caps_min_size;          /* struct_size of the first released version of it */
+  const void *caps_defaults;     /* the op's SK_..._CAPS_INIT value */
+  size_t caps_arch_offset;       /* offsetof(caps, arch) (a const char *) */
+  size_t plan_state_size, binding_state_size;
+  size_t num_kernels;            /* kernel slots */
+  const sk_op_entry *entries;
+  size_t num_entries;
+  bool (*is_supported)(const char *arch);
+  /* Validate and normalise a writable caps copy (arch already set); SK_ERR_INVALID_ARGUMENT. */
+  sk_status (*check_caps)(void *caps);
+  /* caps <-> JSON (manifests, the warm-up record, sk_plan_create_json). from_json fills a copy
+   * of the defaults; unknown fields are errors (sk_json_check_fields). */
+  sk_status (*caps_from_json)(const struct cJSON *j, void *caps);
+  struct cJSON *(*caps_to_json)(const void *caps);
+  /* The selection, a pure function of (caps, props, overrides): kernel requests (by slot),
+   * symbols, the plan's view of the tensor tables, scratch layout and the op's plan state.
+   * Manifests run it with the table's props (no GPU); plans with the device's. */
+  sk_status (*select)(sk_plan *p);
+  /* After resolution (plans only; kernels may be offline): dynamic smem opt-ins, occupancy. */
+  sk_status (*finish)(sk_plan *p);
+  /* After the spine validated the tensors: the op's own checks and the launch geometry. */
+  sk_status (*bind)(sk_binding *b);
+  sk_status (*run)(const sk_binding *b, void *stream);
+};
+
+/* The registry (runtime/registry.c; the list is generated from ops/<group>/<op>.c). */
+const sk_op_def *sk_find_op(const char *name);
+size_t sk_op_count(void);
+const sk_op_def *sk_op_at(size_t i);
+
+/* Build a plan without resolving its kernels: caps checked, selection run with `props`. For
+ * manifests and CPU tests of the selection. Free with sk_plan_destroy. */
+sk_status sk_plan_select_only(const sk_op_def *def, const void *caps, const sk_arch_props *props, sk_plan **out);
+/* Read a caller's versioned caps struct into a full-size copy (defaults for missing fields). */
+sk_status sk_caps_read(const sk_op_def *def, const void *caps, void *out);
+
+/* Resolve one kernel of an op at plan time (compiles if needed; loads on the GPU; without one,
+ * an explicit arch gives an offline kernel). */
 sk_status sk_op_resolve(const char *op, const char *source, const char *name_expr, const char *params,
                         const char *arch, sk_kernel **out);
-
-/* Opt `k` in to `bytes` of dynamic shared memory: always, not only above 48 KiB (static + dynamic
- * above 48 KiB needs the opt-in too). Remembered per kernel (sk_kernel_set_max_dynamic_shared), so
- * it is cheap to repeat; a no-op for NULL, 0 bytes or an offline kernel (no GPU: nothing loaded,
- * launching reports it). */
+/* Opt `k` in to `bytes` of dynamic shared memory (remembered per kernel and device; a no-op for
+ * NULL, 0 bytes or an offline kernel). */
 sk_status sk_op_allow_dynamic_smem(sk_kernel *k, unsigned bytes);
-
-/* CTAs of `k` (blocks of `block_threads` threads, `dynamic_smem` bytes) that fit on one SM of the
- * current device at once (cuOccupancyMaxActiveBlocksPerMultiprocessor); 0 when unknown: an
- * offline kernel (no GPU), a driver without the call, or an error (which is not reported). */
+/* CTAs of `k` resident per SM of the current device; 0 when unknown (offline, no driver call). */
 int sk_op_resident_ctas_per_sm(const sk_kernel *k, int block_threads, unsigned dynamic_smem);
 
-/* Start a binding for `plan`. */
-static inline void sk_binding_init(sk_binding *b, const void *plan) {
-  for (int i = 0; i < 16; i++) b->ptr[i] = 0;
-  for (int i = 0; i < 8; i++) b->dim[i] = 0;
-  b->plan = plan;
-  b->magic = SK_BINDING_MAGIC;
-}
-/* Check that a binding came from bind() of this plan. */
-sk_status sk_binding_check(const char *op, const sk_binding *b, const void *plan);
+/* Integer expression over symbols (the tensor-table shape language); for ops and tests. */
+sk_status sk_shape_eval(const char *expr, const sk_symbol *syms, int nsyms, int64_t *out);
 
 /* Ceil division for sizes. */
 static inline int64_t sk_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* DLPack dtype of an sk_dtype (bf16, fp16, fp32) as an SK_DT_* bit. */
+static inline uint32_t sk_dt_of(sk_dtype d) { return d == SK_DTYPE_BF16 ? SK_DT_BF16 : d == SK_DTYPE_FP16 ? SK_DT_FP16 : SK_DT_FP32; }
+
+/* JSON caps helpers shared by the ops' caps_from_json (SK_ERR_MANIFEST messages name the field). */
+sk_status sk_json_int(const struct cJSON *j, const char *field, int64_t lo, int64_t hi, bool required, int64_t *out);
+sk_status sk_json_enum(const struct cJSON *j, const char *field, const char *const *names, int n, int *out);
+sk_status sk_json_float(const struct cJSON *j, const char *field, float *out);
+sk_status sk_json_bool(const struct cJSON *j, const char *field, int *out);
 
 #endif

@@ -260,16 +260,14 @@ sk_status sk_json_check_fields(const struct cJSON *obj, const char *where, const
 sk_status sk_manifest_parse(const char *text, size_t len, const char *const *archs,
                             sk_request_list *out);
 
-/* ---- op registry (runtime/registry.c) ----------------------------------------------- */
+/* ---- op manifests (runtime/op.c) --------------------------------------------------- */
 
-typedef struct sk_op_desc {
-  sk_op_info info;
-  /* Whether the op can run on `arch` (never NULL here). */
-  bool (*is_supported)(const char *arch);
-  /* Turn caps JSON into the kernel requests a plan with those caps resolves, for `arch`. */
-  sk_status (*build_requests)(const struct cJSON *caps, const char *arch, sk_request_list *out);
-} sk_op_desc;
-
-const sk_op_desc *sk_find_op(const char *name);
+struct sk_op_def;
+/* The kernel requests of one manifest "ops" entry for `arch` (the op's caps_from_json and
+ * selection; the union over the arch table's devices). SK_ERR_MANIFEST on bad caps. */
+sk_status sk_op_build_requests(const struct sk_op_def *def, const struct cJSON *caps, const char *arch,
+                               sk_request_list *out);
+const struct sk_op_def *sk_find_op(const char *name);
+bool sk_op_def_supports(const struct sk_op_def *def, const char *arch);
 
 #endif /* SK_RUNTIME_H */

@@ -1,48 +1,49 @@
-/* runtime/ops/quantization/mxfp8.c - quantization.mxfp8: bind, run, registry entry. Kernels and
- * their launch contract: ops/quantization/mxfp8.cuh. */
-#include <cjson/cJSON.h>
+/* ops/quantization/mxfp8.c - quantization.mxfp8: tensor table, run, definition. Kernels and their
+ * launch contract: ops/quantization/mxfp8.cuh; shared host code: quant_common.c. */
+#include <stddef.h>
 
 #include "quant_common.h"
 
-SK_API sk_status sk_mxfp8_plan_create(const sk_quant_caps *caps, sk_quant_plan **plan) {
-  return quant_plan_create(QUANT_MXFP8, caps, plan);
-}
+static const sk_tensor_rule tensors[] = {
+    {"x", "[M, K]", SK_DT_HALF, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 16, 0, 0, "rows to quantize (caps.dtype)"},
+    {"values", "[M, K]", SK_DT_U8, SK_TENSOR_OUT, SK_TENSOR_REQUIRED, 8, 0, 0, "E4M3 codes"},
+    {"scales_swizzled", "[pad(M, 128) * pad(K/32, 4)]", SK_DT_U8, SK_TENSOR_OUT, SK_TENSOR_REQUIRED, 4, 0, 0,
+     "UE8M0 scales, 128x4 swizzled, padding 0"},
+    {"scales_rows", "[M, K/32]", SK_DT_U8, SK_TENSOR_OUT, SK_TENSOR_REQUIRED, 1, 0, 0, "UE8M0 scales, row-major"},
+};
+static const sk_symbol_rule symbols[] = {{"M", "1", "MAX_M"}};
+static const sk_op_entry entries[] = {{"quantize", tensors, 4, symbols, 1}};
 
-/* Binding: ptr[0] x, [1] values, [2] swizzled scales, [3] row scales; dim[0] M, [2] / [4] grid
- * x / y (the same slots as nvfp4's). */
-SK_API sk_status sk_mxfp8_bind(const sk_quant_plan *p, const DLTensor *x, const DLTensor *values,
-                               const DLTensor *scales_swizzled, const DLTensor *scales_rows, void *scratch,
-                               size_t scratch_bytes, sk_binding *out) {
-  if (!p || !out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "quantization.mxfp8 bind: plan or out is NULL");
-  if (p->kind != QUANT_MXFP8)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "quantization.mxfp8 bind: the plan is a %s plan", p->op);
-  (void)scratch;
-  (void)scratch_bytes; /* mxfp8 needs none */
-  sk_binding b;
-  int64_t m;
-  SK_TRY(quant_bind_common(p, x, values, scales_swizzled, scales_rows, &b, &m));
-  *out = b;
-  return SK_OK;
-}
+static sk_status check(void *caps) { return quant_check_caps(QUANT_MXFP8, caps); }
+static sk_status select_kernels(sk_plan *p) { return quant_select(QUANT_MXFP8, p); }
 
-sk_status quant_mxfp8_run(const sk_quant_plan *p, const sk_binding *b, void *stream) {
-  const void *x = b->ptr[0];
-  void *values = b->ptr[1], *sw = b->ptr[2], *rows = b->ptr[3];
-  int ld = (int)p->caps.k, m = (int)b->dim[0], k = (int)p->caps.k;
+static sk_status run(const sk_binding *b, void *stream) {
+  const quant_bound *q = SK_BINDING_STATE(b, quant_bound);
+  const void *x = b->data[QT_X];
+  void *values = b->data[QT_VALUES], *sw = b->data[QT_SCALES_SWIZZLED], *rows = b->data[QT_SCALES_ROWS];
+  int k = (int)SK_PLAN_CAPS(b->plan, sk_quant_caps)->k, ld = k, m = q->m;
   void *args[] = {(void *)&x, &ld, &m, &k, &values, &sw, &rows};
-  return sk_kernel_launch_ex(p->kernels[QK_ROWS_GIVEN], quant_bound_grid(b),
-                             (sk_dim3){QUANT_THREADS, 1, 1}, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS);
+  return sk_kernel_launch_ex(sk_plan_k(b->plan, QK_ROWS_GIVEN), q->grid, (sk_dim3){QUANT_THREADS, 1, 1}, 0, stream, args,
+                             SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 
-static bool mxfp8_supported(const char *arch) { return quant_is_supported(QUANT_MXFP8, arch); }
-static sk_status mxfp8_requests(const cJSON *caps, const char *arch, sk_request_list *out) {
-  return quant_build_requests(QUANT_MXFP8, caps, arch, out);
-}
-
-const sk_op_desc sk_op_desc_quantization_mxfp8 = {
-    {"quantization.mxfp8", SK_OP_PLANNED,
-     "BF16/FP16 rows -> MXFP8 (E4M3 + UE8M0 per 32), swizzled and/or row-major scales",
-     "sm_89+,sm_90a,sm_120a,sm_121a"},
-    mxfp8_supported,
-    mxfp8_requests,
+const sk_op_def sk_op_quantization_mxfp8 = {
+    .info = {"quantization.mxfp8", SK_OP_PLANNED, "BF16/FP16 rows -> MXFP8 (E4M3 + UE8M0 per 32), swizzled and/or row-major scales",
+             "sm_89+,sm_90a,sm_120a,sm_121a"},
+    .caps_size = sizeof(sk_quant_caps),
+    .caps_min_size = sizeof(sk_quant_caps),
+    .caps_defaults = &quant_caps_defaults,
+    .caps_arch_offset = offsetof(sk_quant_caps, arch),
+    .plan_state_size = sizeof(quant_plan_state),
+    .binding_state_size = sizeof(quant_bound),
+    .num_kernels = QK_COUNT,
+    .entries = entries,
+    .num_entries = 1,
+    .is_supported = quant_is_supported,
+    .check_caps = check,
+    .caps_from_json = quant_caps_from_json,
+    .caps_to_json = quant_caps_to_json,
+    .select = select_kernels,
+    .bind = quant_bind,
+    .run = run,
 };
