@@ -21,6 +21,7 @@ SANFLAGS :=
 endif
 
 VERSION := 0.1.0
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 SOMAJOR := 0
 DEB_PACKAGES := liblmdb-dev libxxhash-dev libcjson-dev libcriterion-dev libdlpack-dev lmdb-utils
 
@@ -45,6 +46,10 @@ LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedd
 KERNEL_SRCS := $(sort $(shell find ops -type f \( -name '*.cuh' -o -name '*.cu' \) 2>/dev/null))
 REF_SRCS := $(sort $(wildcard ops/*/ref*.c))
 REF_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(REF_SRCS))
+# The op harness (tests/harness/harness.h): its engine and every op's case table.
+CASE_SRCS := $(sort $(wildcard ops/*/cases*.c))
+HARNESS_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,tests/harness/harness.c $(CASE_SRCS))
+HARNESS_LIB := $(BUILD)/lib/libskharness.a
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
@@ -89,6 +94,14 @@ $(OP_LIST): $(OP_HOST_SRCS) Makefile
 	  sort | tr -d '\n'; echo; } > $@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 $(BUILD)/obj/runtime/registry.o: $(OP_LIST)
 
+# The harness's list of case tables (`const skh_op skh_op_<group>_<op> = {` lines), likewise.
+CASE_LIST := $(BUILD)/gen/case_list.h
+$(CASE_LIST): $(CASE_SRCS) Makefile
+	@mkdir -p $(@D)
+	@{ printf '#define SKH_CASE_LIST(X)'; sed -n 's/^const skh_op \(skh_op_[a-z0-9_]*\) = .*/ X(\1)/p' $(CASE_SRCS) | \
+	  sort | tr -d '\n'; echo; } > $@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(BUILD)/obj/tests/harness/harness.o: $(CASE_LIST)
+
 $(BUILD)/obj/gen/embedded_sources.o: $(BUILD)/gen/embedded_sources.c
 	@mkdir -p $(@D)
 	$(CC) $(LIB_CFLAGS) -Iruntime -c -o $@ $<
@@ -97,8 +110,8 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
 
-# The CPU references: test code, built like the tests (not into the library).
-$(REF_OBJS): $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+# The CPU references and the harness: test code, built like the tests (not into the library).
+$(REF_OBJS) $(HARNESS_OBJS): $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests -MMD -MP -c -o $@ $<
 
@@ -131,6 +144,10 @@ $(BUILD)/lib/libskref.a: $(REF_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^ $(if $(REF_OBJS),,)
 
+$(HARNESS_LIB): $(HARNESS_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 # The mhc reference as a shared library, for bench/peer_mhc_torch.py's check (ctypes).
 $(BUILD)/lib/libskref_mhc.so: ops/norm/ref_mhc.c ops/norm/ref_mhc.h
 	@mkdir -p $(@D)
@@ -140,17 +157,17 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(STLIB)
 	@mkdir -p $(@D) $(BUILD)/deps
 	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
 
-$(BUILD)/tests/test_%: tests/test_%.c $(STLIB) $(BUILD)/lib/libskref.a
+$(BUILD)/tests/test_%: tests/test_%.c $(STLIB) $(BUILD)/lib/libskref.a $(HARNESS_LIB)
 	@mkdir -p $(@D) $(BUILD)/deps
-	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(HARNESS_LIB) $(BUILD)/lib/libskref.a $(STLIB) -lcriterion $(LDLIBS)
 
-$(BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(STLIB) $(BUILD)/lib/libskref.a
+$(BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(STLIB) $(BUILD)/lib/libskref.a $(HARNESS_LIB)
 	@mkdir -p $(@D) $(BUILD)/deps
-	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcriterion -lcudart_static -lrt $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(HARNESS_LIB) $(BUILD)/lib/libskref.a $(STLIB) -lcriterion -lcudart_static -lrt $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(STLIB) $(BUILD)/lib/libskref.a
+$(BUILD)/bench/%: bench/%.c $(STLIB) $(BUILD)/lib/libskref.a $(HARNESS_LIB)
 	@mkdir -p $(@D) $(BUILD)/deps
-	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(BUILD)/lib/libskref.a $(STLIB) -lcudart_static -lrt $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests -DSK_GIT_COMMIT='"$(GIT_COMMIT)"' $(ALL_LDFLAGS) -o $@ $< $(HARNESS_LIB) $(BUILD)/lib/libskref.a $(STLIB) -lcudart_static -lrt $(LDLIBS)
 
 test: lib tools $(TEST_BINS) $(HELPER_BINS)
 	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(TEST_BINS)

@@ -187,6 +187,18 @@ static bool span_is(const dim_span *d, const char *name) {
   return strlen(name) == d->len && !memcmp(d->s, name, d->len);
 }
 
+sk_status sk_shape_dims(const char *shape, const sk_symbol *syms, int nsyms, int64_t *dims, int cap, int *ndim) {
+  dim_span spans[8];
+  const int n = split_shape(shape, spans, cap < 8 ? cap : 8);
+  if (n < 0) return sk_set_error(SK_ERR_INTERNAL, "bad shape rule %s", shape);
+  for (int d = 0; d < n; d++) {
+    if (spans[d].len == 1 && spans[d].s[0] == '*') dims[d] = -1;
+    else SK_TRY(eval_span(spans[d].s, spans[d].len, syms, nsyms, &dims[d]));
+  }
+  *ndim = n;
+  return SK_OK;
+}
+
 /* ---- symbols ---------------------------------------------------------------------------------- */
 
 static sk_status put_symbol(sk_symbol *syms, int *n, const char *name, int64_t value) {

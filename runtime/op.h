@@ -244,6 +244,8 @@ int sk_op_resident_ctas_per_sm(const sk_kernel *k, int block_threads, unsigned d
 
 /* Integer expression over symbols (the tensor-table shape language); for ops and tests. */
 sk_status sk_shape_eval(const char *expr, const sk_symbol *syms, int nsyms, int64_t *out);
+/* The extents of a shape rule under `syms` ("*" gives -1); *ndim receives the rank (<= cap). */
+sk_status sk_shape_dims(const char *shape, const sk_symbol *syms, int nsyms, int64_t *dims, int cap, int *ndim);
 
 /* Ceil division for sizes. */
 static inline int64_t sk_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
