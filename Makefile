@@ -77,7 +77,7 @@ check-cuda: $(DEPS_STAMP)
 # ---- library -----------------------------------------------------------------------------
 lib: $(SHLIB) $(STLIB)
 
-$(BUILD)/bin/sk-embed: tools/embed.c | $(DEPS_STAMP)
+$(BUILD)/bin/sk-embed: tools/embed.c tools/source_norm.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(WARN) -O2 -D_GNU_SOURCE -o $@ $< -lxxhash
 

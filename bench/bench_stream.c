@@ -114,8 +114,8 @@ static int one_pass_table(bench_json *json, void **arrays, size_t bytes, int sms
 
 /* The write-heavy ratios with the bulk-copy engine (sk_test::stream_bulk_store: loads into
  * registers, stores as 16 KiB cp.async.bulk copies from shared memory; sk_test::stream_bulk_copy:
- * bulk loads too, one thread per CTA). Does the ~10% gap between write-heavy and read-heavy
- * ratios belong to the DRAM or to the store instructions? */
+ * bulk loads too, one thread per CTA). Does the gap between write-heavy and read-heavy ratios
+ * belong to the DRAM or to the store instructions? */
 static int bulk_table(bench_json *json, void **arrays, size_t bytes, int sms, cudaStream_t s) {
   enum { kCtasPerSmBulk = 6 }; /* 32 KiB of buffers each */
   static const struct { int reads, writes, copy_engine_loads; } rows[] = {

@@ -59,7 +59,7 @@ typedef int (*bench_call_fn)(void *ctx, cudaStream_t s);
 
 /* Median microseconds per call: `rounds` rounds (<= 15) of `calls` back-to-back calls between two
  * CUDA events, after 10 warm-up calls. Includes the host's launch cost wherever that exceeds the
- * GPU time (about 4.5 us per launch on the H200 host). Returns -1 if a call fails. */
+ * GPU time. Returns -1 if a call fails. */
 static inline double bench_stream_us(bench_call_fn call, void *ctx, cudaStream_t s, int calls, int rounds) {
   float t[15];
   cudaEvent_t e0, e1;
@@ -109,12 +109,11 @@ static inline double bench_graph_us(bench_call_fn call, void *ctx, cudaStream_t 
 
 /* The comparator for "% of same-size copy": cudaMemcpyAsync device to device of half the bytes an
  * op moves (so the copy reads and writes the op's total), replayed from a CUDA graph like
- * bench_graph_us (a stream of small copies is bound by the host's ~4.5 us per call, so only graph
- * times compare at small sizes). A copy pays its own fixed cost per call (ramp, drain: ~3 us on
- * the H200, bench/RESULTS.md), which the one 4300 GB/s figure leaves out; this is the rate a copy
- * of that size reaches. The size is rounded up to 4 KiB: on the H200 a copy whose size is not a
- * multiple of 4 KiB runs at ~2.75 TB/s from a graph instead of ~4.2 (run 123), a slower copy, not
- * a fair comparator; the rounding adds at most 4 KiB. */
+ * bench_graph_us (a stream of small copies is bound by the host's cost per call, so only graph
+ * times compare at small sizes). A copy pays its own fixed cost per call (ramp, drain), which the
+ * one 4300 GB/s figure leaves out; this is the rate a copy of that size reaches. The size is
+ * rounded up to 4 KiB: a copy whose size is not a multiple of 4 KiB runs much slower from a graph,
+ * not a fair comparator; the rounding adds at most 4 KiB. */
 typedef struct bench_copy_ref {
   void *src, *dst;
   size_t capacity; /* bytes per buffer */

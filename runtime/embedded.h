@@ -8,7 +8,7 @@ typedef struct sk_embedded_source {
   const char *path;        /* relative to ops/, e.g. "common/fp8.cuh" */
   const char *text;        /* NUL-terminated source text */
   size_t length;
-  uint64_t hash;           /* XXH3-64 of the text */
+  uint64_t hash;           /* XXH3-64 of the normalised text (tools/source_norm.h) */
   const uint16_t *closure; /* indices of every embedded source it includes, transitively, and
                               itself; sorted by path */
   size_t closure_count;

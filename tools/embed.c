@@ -1,11 +1,15 @@
-/* sk-embed ROOT OUT.c PATH...: embed kernel sources (relative to ROOT) as C strings with their
- * XXH3-64 hashes and the transitive closure of their local #include "..." dependencies.
+/* sk-embed ROOT OUT.c PATH...: embed kernel sources (relative to ROOT) as C strings with the
+ * XXH3-64 hashes of their normalised forms (source_norm.h) and the transitive closure of their
+ * local #include "..." dependencies. The text stays the original, so that compile errors name
+ * its lines; the hash ignores comments and layout, so that editing them keeps every cache key.
  * Local includes must name paths relative to ROOT (NVRTC resolves them by exact name). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+
+#include "source_norm.h"
 
 typedef struct {
   char *path;
@@ -58,7 +62,11 @@ int main(int argc, char **argv) {
     srcs[i].text[n] = 0;
     srcs[i].len = (size_t)n;
     srcs[i].path = strdup(argv[i + 3]);
-    srcs[i].hash = XXH3_64bits(srcs[i].text, (size_t)n);
+    size_t norm_len;
+    char *norm = sk_source_normalize(srcs[i].text, (size_t)n, &norm_len);
+    if (!norm) { fprintf(stderr, "%s: out of memory\n", full); return 1; }
+    srcs[i].hash = XXH3_64bits(norm, norm_len);
+    free(norm);
   }
   qsort(srcs, (size_t)nsrc, sizeof *srcs, cmp_path);
   for (int i = 0; i < nsrc; i++) {

@@ -64,9 +64,9 @@ SK_DEVICE void pdl_launch_dependents() {
 #endif
 }
 // The prologue of a kernel that reads nothing before waiting: both of the above, waiting FIRST.
-// Triggering before the wait let chains of small kernels launch ahead one after another, their
-// waiting CTAs crowding the SMs (H200, twenty-ninth run: up to 1.9x slower graph replays of mhc
-// at T = 128 and of quantizer + GEMM pairs); after the wait at most the next kernel is resident.
+// Triggering before the wait lets chains of small kernels launch ahead one after another, their
+// waiting CTAs crowding the SMs (much slower graph replays of mhc at T = 128 and of quantizer +
+// GEMM pairs); after the wait at most the next kernel is resident.
 SK_DEVICE void pdl_enter() {
   pdl_wait_for_previous();
   pdl_launch_dependents();

@@ -29,9 +29,9 @@ SK_DECODE_FN int sk_decode_tile_rows(int row_tiles, int row_groups) { return 16 
 // Interleaved tiles, for the MX recipes (mxfp4 1, mxfp8 2: one UE8M0 word per row and step in the
 // 128x4 swizzle) at 1 or 2 row tiles and a group count dividing 4. The swizzle keeps the words of
 // rows m, m+32, m+64, m+96 (m % 128 < 32) side by side, so a lane whose 2*ROW_TILES weight rows lie
-// 32 apart loads all their scales at once (8 or 16 bytes) instead of one load per row. Measured on
-// the H200 (bench/RESULTS.md, fifty-eighth run): mxfp8 2-3% faster at M <= 8, mxfp4 about 1%;
-// nvfp4 (one u16 per row, so a shift per row after the load) was 8-14% slower and stays contiguous.
+// 32 apart loads all their scales at once (8 or 16 bytes) instead of one load per row: faster for
+// mxfp8 and mxfp4 at small M. nvfp4 (one u16 per row, so a shift per row after the load) is slower
+// this way and stays contiguous.
 // Tile-local row r = 16*ROW_TILES*group + 8*slot + g (slot = 2*row tile + half, g < 8, as the
 // kernel's lanes hold them) then maps to row 64*ROW_TILES*span + 8*(ROW_GROUPS*i + group) + g +
 // 32*slot, where the tile is the i-th of the 4/ROW_GROUPS tiles of span `span` (64*ROW_TILES
@@ -84,10 +84,9 @@ SK_DECODE_FN int sk_decode_may_split_tiles(int tiles, int steps, int ctas) {
 
 // CTAs per SM that the kernel's __launch_bounds__ guarantee (gemv_decode; its threads-per-SM
 // figure): at 8 tokens every recipe but mxfp8 is bound to 4 CTAs of 128 threads (4 warps x 2 row
-// tiles on sm_90a: nvfp4, block_fp8, tensor_fp8 106-128 registers; mxfp4 128 with an 8-byte
-// spill, down from 160 at 3 CTAs: 7-16% faster on the large layers, bench/RESULTS.md, twenty-fifth run),
-// mxfp8 to 3 (4 CTAs measured 6% slower on 8192x28672; its fused BF16 variant shares the
-// figure), 16 tokens to 3, ROW_TILES 4 to 2. Recipe numbers as sk::gemm::Recipe (2 mxfp8).
+// tiles; mxfp4 takes a small spill for it and is still faster on the large layers than at 3
+// CTAs), mxfp8 to 3 (slower at 4; its fused BF16 variant shares the figure), 16 tokens to 3,
+// ROW_TILES 4 to 2. Recipe numbers as sk::gemm::Recipe (2 mxfp8).
 SK_DECODE_FN int sk_decode_threads_per_sm(int recipe, int token_tiles, int row_tiles) {
   return row_tiles == 4 ? 256 : token_tiles == 1 && recipe != 2 ? 512 : 384;
 }

@@ -57,8 +57,7 @@
 //   exactly once per launch.
 //   Token traffic: every warp loads the token bytes of each step it computes. At 16 tokens and 16
 //   rows per warp that is as many bytes, and as many load requests, as the weights. Requests are
-//   what held the FP8 recipes at M = 16 on the H200: halving them (the wide map below) took
-//   tensor_fp8 from 71 / 69 / 79% of copy to 87 / 76 / 97% (bench/RESULTS.md, fifty-fifth run).
+//   what bounds the FP8 recipes at M = 16, so the wide map below halves them.
 //   With ROW_GROUPS g the g warps of a K phase share a step; how much L1 then serves is not
 //   measured (ops/gemm/gemm.md 5.1).
 //   FP8 (mxfp8, block_fp8, tensor_fp8): mxfp8 lane (g, t) loads 8 bytes at 32b + 8t of each 32-K
@@ -363,9 +362,8 @@ SK_DEVICE void mxfp8_quantize_tokens(Fp8Bf16Stage<TOKEN_TILES, ROW_TILES>& st) {
 
 // Loop-invariant addresses pinned in registers before the FP4 step loops: otherwise the compiler
 // rematerializes them (row clamps, swizzle offsets, 64-bit products) in every load stage, ~90
-// instructions per step. Measured on the H200 (bench/RESULTS.md, seventeenth run): nvfp4 M = 1
-// 5-11% faster; on the FP8 recipes no gain for tensor_fp8 / mxfp8 and block_fp8 5-15% slower,
-// so they are left unpinned.
+// instructions per step. The FP8 recipes gain nothing from it (block_fp8 loses), so they are left
+// unpinned.
 template <class T>
 SK_DEVICE void pin_in_register(const T*& p) { asm volatile("" : "+l"(p)); }
 SK_DEVICE void pin_in_register(u32& v) { asm volatile("" : "+r"(v)); }

@@ -22,9 +22,8 @@ SK_DEVICE void store_16B(void* ptr, uint4 bits) {
 
 // The same with the streaming cache operator (st.global.cs: evict first), for outputs no kernel
 // of the op reads back and the next ops read much later: run_pre's 4 copies of x, so that x stays
-// in L2 for the op's second read. On the H200: run_pre 12% faster at T = 1024, H = 4096, 2% at
-// H = 7168 and at T = 4096, H = 2048, unchanged elsewhere; streaming every mhc store instead made
-// run_post_pre up to 2% slower (bench/RESULTS.md, ninetieth and ninety-first runs).
+// in L2 for the op's second read (run_pre gains most at mid-sized T). Streaming every mhc store
+// instead makes run_post_pre slower.
 SK_DEVICE void store_16B_streaming(void* ptr, uint4 bits) {
   asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(bits.x), "r"(bits.y), "r"(bits.z),
                "r"(bits.w)

@@ -33,7 +33,7 @@
 //        bf16* out,               // [T, 4, H]   written: all
 //        int num_tokens);
 //    block = exactly 128 threads (kPostThreads); grid = (ceil(T * S / 4), 1, 1).
-//    Measured (H200): ~4.2 TB/s at T = 4096; 1.4 us at T = 1 (launch-bound).
+//    Bandwidth-bound at large T, launch-bound at T = 1.
 //
 // 2. template <int HIDDEN> __global__ void pre_partial_kernel(
 //        const bf16* x,           // [T, H]
@@ -66,7 +66,7 @@
 //    with kOwnSumsFlag) + FN_SMEM * 48 KiB: pre 16 / 22 / 36 / 44 KiB, post_pre 82.5 / 106.5 /
 //    172 / 213 KiB for 2 / 2 own sums / 3 / 4 stages (+ 128 B); above 48 KiB the host raises the
 //    kernel's max dynamic shared memory attribute. Static smem 5 KiB.
-//    Suggested: num_stages 2 (measured fastest on the H200; 3-4 need sm_90/sm_100 shared memory);
+//    Suggested: num_stages 2 (the fastest; 3-4 need sm_90/sm_100 shared memory);
 //    groups_per_cta from a wave model (runtime/ops/norm/mhc.c): about one range per resident CTA.
 //
 // 2b. template <int HIDDEN> __global__ void pre_partial_scalar_kernel(
@@ -117,12 +117,8 @@
 //    Must start after the partial kernel (2 or 2b) of the same call has finished (stream order is enough).
 //
 // Grid limits: grid.x is at most 2^31 - 1 (T), grid.y = S or H / hidden_per_cta (< 65536).
-// Measured on an H200 before the tensor-core partial kernels (sm_90a), H = 4096, CUDA-graph replay:
-//   decode T = 1: post_pre 5.3 us (partial 2.1 + finalize 3.2), pre 4.9 us, post 1.4 us.
-//   prefill T = 4096: post_pre 390 us (partial ~345, instruction-bound), pre 112 us, post 73 us.
-// Tensor-core partials vs the scalar ones (H200): T = 4096, H = 7168: post_pre 673 -> 379 us, pre
-//   190 -> 148 us; but T = 1: post_pre 7.1 -> 12.3 us, pre 7.0 -> 9.5 us (equal at T = 16): hence 2b
-//   for T <= 8.
+// The tensor-core partials (2) are much faster than the scalar ones (2b) at large T but slower at
+// T = 1 (equal at T = 16): hence 2b for T <= 8.
 // ==========================================================================================================
 #pragma once
 #include <cuda_bf16.h>
@@ -307,8 +303,7 @@ struct PartialArgs {
 // fixed by its warp and lane (blockDim is exactly 4 * NS warps): chunk = lane, and token = warp
 // with input k = stream k (k = NS: x) for post_pre (16 warps = 16 tokens), token = warp + 4k for
 // run_pre. Fixed units keep the per-group work to one address per row: a generic unit walk (a
-// division by the 5 rows per token, 64-bit products) was a quarter of post_pre's instructions
-// (Nsight Compute, thirty-first run).
+// division by the 5 rows per token, 64-bit products) costs a quarter of post_pre's instructions.
 template <int HIDDEN, int NS>
 SK_DEVICE void issue_group_loads(const PartialArgs<HIDDEN, NS>& a, u32 buf, i64 group_first, i64 end, int tile) {
   static_assert(kChunks == kWarpSize, "one chunk per lane");
@@ -589,7 +584,7 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32
 //     barriers, sums in the consumed stream region.
 //   2 stages, lockstep with its own sums buffer (kOwnSumsFlag; 24 KiB more for post_pre, too much
 //     for sm_120's 99 KiB): group g's reduce runs after the first barrier of group g + 1, next to
-//     its mix-back, so a group has two barriers; 4% faster on the H200 (eighty-sixth run).
+//     its mix-back, so a group has two barriers; faster than the plain lockstep.
 //   3-4 stages, pipelined: iteration i runs reduce(i-1), stage(i+1) and MMA(i) between ONE pair
 //     of barriers; half the warps of every scheduler partition (warp / 4 odd) take MMA(i) first,
 //     the other half stage(i+1) first, so the tensor pipe (MMA) and the FMA pipe (mix-back)
@@ -600,8 +595,8 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32
 // an empty pipeline to an empty one. segment_start loads its tile's fn fragments into b (the fn
 // loads first, then its first stages - 1 groups, then the split); segment_run runs the groups. Two functions so that the first
 // segment's loads go out before the loop-invariant index math the compiler hoists in front of
-// segment_run (before that split, 300 more instructions a warp ran ahead of the fn loads: ~0.5
-// us a CTA, 3-5% at T = 128; ninety-fourth run).
+// segment_run (otherwise ~300 instructions a warp run ahead of the fn loads, which shows at
+// small T).
 template <int HIDDEN, int NS, int FN_SMEM>
 SK_DEVICE void segment_start(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first, i64 end, int stages, bool own_sums,
                              u32 stage_smem, FnFragments<FN_SMEM>& b) {
@@ -624,8 +619,7 @@ SK_DEVICE void segment_start(const PartialArgs<HIDDEN, NS>& a, int tile, i64 fir
   {
     // The fn loads first, then the first stages - 1 groups (one commit per slot, empty or not, so
     // the group count that wait_group sees is uniform), then the split. Issued after the group
-    // loads, the fn loads waited behind every CTA's stream bytes (H200: run_post_pre 1-6% faster
-    // at T = 128..1024 this way, equal at T = 4096, H = 7168; hundred-and-twenty-eighth run).
+    // loads, the fn loads would wait behind every CTA's stream bytes.
     const float* fn_warp = a.fn + static_cast<i64>(stream) * HIDDEN + static_cast<i64>(tile) * kTileH;
     float2 fn_pairs[kWarpKSteps][kNTiles][2];
 #pragma unroll
@@ -677,8 +671,8 @@ SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first
   // stages == 2 (the default) picks the buffer by parity, not a run-time division.
   auto group_buf = [&](int g) { return stage_smem + (stages == 2 ? g & 1 : g % stages) * kStageBytes; };
   auto group_first = [&](int g) { return first + static_cast<i64>(g) * kGroup; };
-  // The 2-stage loops' buffers by parity, spelled out: through group_buf the compiler kept a
-  // run-time division by `stages` in every iteration (Nsight Compute, seventy-fifth run).
+  // The 2-stage loops' buffers by parity, spelled out: through group_buf the compiler keeps a
+  // run-time division by `stages` in every iteration.
   auto parity_buf = [&](int g) { return stage_smem + (g & 1) * kStageBytes; };
 
   float acc[kNTiles][4];
@@ -758,8 +752,8 @@ SK_DEVICE void segment_run(const PartialArgs<HIDDEN, NS>& a, int tile, i64 first
 // A CTA's work: the items (tile, group of 16 tokens), numbered tile-major, [blockIdx.x *
 // groups_per_cta, + groups_per_cta). A range that crosses into the next tile becomes two segments
 // (each loads its tile's fn once). One balanced range per resident CTA slot loads fn once or twice
-// per CTA, where a CTA per (token block, tile) loaded it once per 8 groups: a quarter of the
-// post_pre partial's time (ninety-third run).
+// per CTA; a CTA per (token block, tile) would load it once per 8 groups, a large part of the
+// post_pre partial's time.
 template <int HIDDEN, int NS, int FN_SMEM>
 SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, int groups_per_cta, int num_stages) {
   static_assert(HIDDEN % kTileH == 0 && HIDDEN > 0, "hidden must be a positive multiple of 256");
@@ -803,10 +797,8 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
     segment_start<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, b);
   }
   // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
-  // trigger at entry, graph replays of run_post_pre at T = 128 were 18-36% slower than plain
-  // launches; with it here 1-6% faster (H200, thirty-second to thirty-fourth runs). run_pre keeps
-  // the trigger at entry: there the late one was 9-35% slower at T = 128 (both ~1% faster at
-  // T = 4096).
+  // trigger at entry, graph replays of run_post_pre at mid-sized T are slower than plain launches,
+  // with it here faster. run_pre keeps the trigger at entry, where the late one is the slower.
   if (NS > 1) pdl_launch_dependents();
 }
 
@@ -834,8 +826,8 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
 //
 // The pre partial rows from x alone; the finalize then writes the 4 copies of x (finalize_body's
 // `copies`), so this kernel stores nothing but the rows. Kernel 2 splits a tile's K over 4 warps
-// (fn in registers) and meets them in shared memory with three barriers per group; measured on the
-// H200 that lockstep, not DRAM, bounds it (a projection-only variant of it reached 1.2 TB/s on x).
+// (fn in registers) and meets them in shared memory with three barriers per group; that lockstep,
+// not DRAM, bounds it (a projection-only variant of it stays far below the copy rate on x).
 // Here run_pre's whole fn_pre tile (24 x 256, 3 bf16 terms: 40 KiB as the lanes' B fragments) sits
 // in shared memory, so one warp owns a group over the whole tile: 16 k-steps of ldmatrix.x4 (A),
 // five shared loads (B) and 9 + 2 MMAs, no cross-warp sums and no barrier after the fill. Each
@@ -911,9 +903,8 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
   // Fill: word (ks, l, nt, term, half) = the bf16 pair fn[mix][col], fn[mix][col + 1] of term
   // `term`, mix = 8 nt + l / 4, col = 16 ks + 8 half + 2 (l % 4): lane l's B fragments. The tile
   // is read row-major in 16-byte pieces, all of a thread's loads in flight at once, then scattered:
-  // the first fill (one fragment pair per load, in fragment order) touched a 32-byte sector per
-  // 8 bytes and waited on its loads batch by batch, a third of the kernel's stall samples
-  // (sixty-seventh and sixty-eighth runs).
+  // a fill in fragment order (one fragment pair per load) touches a 32-byte sector per 8 bytes and
+  // waits on its loads batch by batch.
   const float* fn_tile = fn_pre + static_cast<i64>(tile) * kTileH;
   constexpr int kFillPieces = kMixes * kTileH / 4, kFillThreads = WARPS * kWarpSize,
                 kPiecesPerThread = (kFillPieces + kFillThreads - 1) / kFillThreads;
@@ -925,8 +916,8 @@ __global__ void __launch_bounds__(WARPS* kWarpSize)
                       piece % (kTileH / 4));
   }
   // Then this warp's first groups (both buffers with STAGES = 2), behind the fill's loads: issued
-  // before them, the fill waited behind every CTA's x bytes while the CTA stood at its one
-  // barrier (run_pre 3-15% faster this way; hundred-and-twenty-eighth run).
+  // before them, the fill would wait behind every CTA's x bytes while the CTA stands at its one
+  // barrier.
   int grp = warp;
 #pragma unroll
   for (int b = 0; b < STAGES; ++b) {

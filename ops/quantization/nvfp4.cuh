@@ -17,8 +17,8 @@
 //                to *global_scale (needs nvfp4_amax_partials first, same stream);
 //              kGlobalScaleInCta (2): one CTA computes the tensor amax, then quantizes; gs
 //                written to *global_scale. grid must be (1,1,1). One launch, but one SM:
-//                on an H200 it was slower than modes 1+0 even at M = 1 (15 us vs 8 us for
-//                K = 4096), so prefer the two launches unless a launch costs more than that.
+//                slower than modes 1+0 even at M = 1, so prefer the two launches unless a
+//                launch costs more than a one-SM pass over the tensor.
 //     CVT      sk::kCvtSoftware (0) | sk::kCvtHardware (1) (cvt.e2m1x2 on sm_100a+/sm_12xa/f,
 //              cvt.e4m3x2 on sm_89+, software elsewhere; bit-identical either way)
 //     x        [M, ld_x] elements, row m at x + m*ld_x; 16-byte aligned, ld_x % 8 == 0, ld_x >= K
@@ -52,13 +52,13 @@
 // threads 0..127: blockDim must be the 256 above; on sm_90 (GS_MODE 0 and 1) 32 KiB more, the
 // two cp.async stage buffers of the loads (see kNvfp4AsyncLoads).
 //
-// Why this shape (H200, sm_90a, bandwidth-bound at ~2.56 bytes per element, but close to the
+// Why this shape (on sm_90a bandwidth-bound at ~2.56 bytes per element, but close to the
 // instruction issue limit): each load is a coalesced 16-byte chunk, four per thread in flight
 // (a warp reads four whole 128-byte row pieces); a thread's four chunks are the rows of one
 // 16-byte piece of the swizzled scale layout, so the unit's scales leave as whole 4-byte words
 // after a two-shuffle transpose (512 contiguous bytes per unit, padding included: no byte
-// stores, no partial sectors, no padding pass; the 1-byte scatter of the previous split made
-// the kernel L2-bound); the E2M1 encoding is the
+// stores, no partial sectors, no padding pass; a 1-byte scatter of the scales makes the kernel
+// L2-bound); the E2M1 encoding is the
 // exact fast software path of common/e2m1_fast.cuh, and blocks with amax * eff < 7 (all of
 // them in ordinary data) take its cheapest form, see nvfp4_quantize_chunk: ~5 instructions per
 // value (three fp32 lines, one 3-way integer min, the pack) plus one per 8 values for all
@@ -68,8 +68,7 @@
 // a per-CTA table of the 256 scale bytes (no division per block), filled by 128 threads with
 // one division each (hardware E4M3 decode, the negative byte by exact negation).
 // A thread whose four chunks all exist stores them without per-chunk tests: the kernel is bound by
-// the SMs on sm_90, and the 14 instructions this saves a unit made it 2% faster (RESULTS, hundred-
-// and-eighth run).
+// the SMs on sm_90, and this saves 14 instructions a unit.
 // A full warp does a whole unit at once (nvfp4_quantize_unit_split): the two lanes of a block
 // split its per-block work instead of both doing it, and one vote covers the four chunks.
 #pragma once
@@ -388,9 +387,9 @@ constexpr int kInCtaCachedChunks = 4;
 // Loads on sm_90 (software E2M1): cp.async into two shared-memory stage buffers, the next unit's
 // copies issued before the current unit's arithmetic (UnitWalk::load_next_async), so every warp
 // keeps a unit of loads in flight while it quantizes, without holding them in registers. 4 CTAs
-// per SM (64 registers, 33 KiB of shared memory each): 5-8% faster at M = 16384 than plain loads
-// into registers at 5 CTAs per SM (48 registers), and faster than these copies at 5 CTAs per SM
-// (where they spill) or with a third stage (RESULTS, hundred-and-thirty-second run).
+// per SM (64 registers, 33 KiB of shared memory each): faster at large M than plain loads into
+// registers at 5 CTAs per SM (48 registers), and than these copies at 5 CTAs per SM (where they
+// spill) or with a third stage.
 // Elsewhere (the hardware E2M1 path of SM120) plain loads into registers, one unit at a time, and
 // the compiler's own register choice (also for the one-CTA in-CTA mode).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900

@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kStreamMixThreads) stream_reread(StreamMixArgs
 }
 
 // The same streams moved by the bulk-copy engine (cp.async.bulk, sm_90+: the TMA unit, also on
-// SM120): do write-heavy ratios, which plain stores stream ~10% slower than read-heavy ones,
+// SM120): do write-heavy ratios, which plain stores stream slower than read-heavy ones,
 // keep that gap when the stores leave shared memory as 16 KiB bulk copies? Each CTA takes whole
 // chunks of 1024 vectors (16 KiB per array), grid-stride; the host sizes arrays in whole chunks.
 constexpr int kBulkChunkVectors = kStreamMixThreads * 4;
