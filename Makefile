@@ -63,7 +63,7 @@ SHLIB := $(BUILD)/lib/libsparkinfer.so.$(VERSION)
 STLIB := $(BUILD)/lib/libsparkinfer.a
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all lib tools test gpu-test bench demo install deps clean check-cuda gpu-bins compile-check
+.PHONY: all lib tools test gpu-test bench demo install deps clean check-cuda gpu-bins compile-check kernel-lists
 all: lib tools
 
 # ---- dependencies ------------------------------------------------------------------------
@@ -153,9 +153,9 @@ $(BUILD)/lib/libskref_mhc.so: ops/norm/ref_mhc.c ops/norm/ref_mhc.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests -fPIC -shared -o $@ $< -lm
 
-$(BUILD)/tests/helpers/%: tests/helpers/%.c $(STLIB)
+$(BUILD)/tests/helpers/%: tests/helpers/%.c $(STLIB) $(BUILD)/lib/libskref.a $(HARNESS_LIB)
 	@mkdir -p $(@D) $(BUILD)/deps
-	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $< $(HARNESS_LIB) $(BUILD)/lib/libskref.a $(STLIB) $(LDLIBS)
 
 $(BUILD)/tests/test_%: tests/test_%.c $(STLIB) $(BUILD)/lib/libskref.a $(HARNESS_LIB)
 	@mkdir -p $(@D) $(BUILD)/deps
@@ -180,18 +180,30 @@ gpu-test: gpu-bins
 bench: lib tools $(BENCH_BINS)
 	@SK_BUILD=$(BUILD) sh bench/run-benches.sh $(BENCH_BINS)
 
-# Compile every kernel config of tools/manifests/kernels-*.json for every target arch (the
-# test suite does the same in tests/test_compile_check.c).
+# ---- manifests ---------------------------------------------------------------------------
+# Model manifests (tools/manifests/models/*.json) hold op caps per model; the kernel lists are
+# derived from them by the ops' own selection (sk-warm). coverage.json reaches every configuration
+# for CI; direct.json lists the kernels tests launch directly.
+MODEL_MANIFESTS := $(filter-out tools/manifests/models/coverage.json,$(sort $(wildcard tools/manifests/models/*.json)))
+ALL_MANIFESTS := $(sort $(wildcard tools/manifests/models/*.json)) tools/manifests/direct.json
+
+# Compile every kernel those manifests expand to for every target arch (tests/test_compile_check.c
+# does the same, and fails on new register spills).
 compile-check: tools
-	for m in tools/manifests/kernels-*.json; do \
-	  $(BUILD)/bin/sk-warm --manifest $$m --arch sm_90a,sm_120a,sm_121a \
-	    --cache-dir $(BUILD)/compile-check-cache -j 2 || exit 1; done
+	$(BUILD)/bin/sk-warm $(foreach m,$(ALL_MANIFESTS),--manifest $(m)) --arch sm_90a,sm_120a,sm_121a \
+	  --cache-dir $(BUILD)/compile-check-cache -j 2
+
+# The expanded kernel lists, one file per arch (for review and for shipping prebuilt caches).
+kernel-lists: tools
+	@mkdir -p $(BUILD)/manifests
+	for a in sm_90a sm_120a sm_121a; do $(BUILD)/bin/sk-warm $(foreach m,$(ALL_MANIFESTS),--manifest $(m)) \
+	  --arch $$a --emit-kernels $(BUILD)/manifests/kernels-$$a.json || exit 1; done
 
 # ---- demo --------------------------------------------------------------------------------
 DEMO_CACHE ?= $(BUILD)/demo-cache
 demo: tools
-	@echo "== sk-warm: prebuilding the demo manifest for sm_120a and sm_121a into $(DEMO_CACHE)"
-	$(BUILD)/bin/sk-warm --manifest tools/manifests/demo.json --arch sm_120a,sm_121a \
+	@echo "== sk-warm: prebuilding the model manifests ($(notdir $(MODEL_MANIFESTS))) for sm_120a and sm_121a into $(DEMO_CACHE)"
+	$(BUILD)/bin/sk-warm $(foreach m,$(MODEL_MANIFESTS),--manifest $(m)) --arch sm_120a,sm_121a \
 	  --cache-dir $(DEMO_CACHE) -j 2
 	@echo "== sk-cache ls"
 	$(BUILD)/bin/sk-cache --cache-dir $(DEMO_CACHE) ls
