@@ -74,13 +74,15 @@ static void check_resources(const char *cache_dir) {
 
 /* The tuning overrides whose kernels CI also compiles (over the coverage manifest): each names
  * template arguments the default selection never picks. */
-static const char *const knob_passes[] = {
-    "SPARKINFER_GEMM_DECODE=2,4,0",      /* 32-row decode tiles for every recipe */
-    "SPARKINFER_GEMM_LINEAR_FUSED=1",    /* gemm.mxfp8_linear's fused decode kernel */
-    "SPARKINFER_MHC_FN_SMEM_TERMS=1",    /* the other fn-in-shared-memory variant */
+static const struct {
+  const char *env, *archs;
+} knob_passes[] = {
+    {"SPARKINFER_GEMM_DECODE=2,4,0", "sm_90a,sm_120a,sm_121a"},   /* 32-row decode tiles for every recipe */
+    {"SPARKINFER_GEMM_LINEAR_FUSED=1", "sm_90a,sm_120a,sm_121a"}, /* gemm.mxfp8_linear's fused decode kernel */
+    {"SPARKINFER_MHC_FN_SMEM_TERMS=1", "sm_90a"},                 /* fits sm_90's 227 KiB blocks only */
 };
 
-static void warm(const char *dir, char *const *manifests, size_t n, char *env) {
+static void warm(const char *dir, char *const *manifests, size_t n, char *env, const char *archs) {
   char warm_bin[512];
   snprintf(warm_bin, sizeof warm_bin, "%s/bin/sk-warm", tu_build_dir());
   char *argv[160];
@@ -90,7 +92,7 @@ static void warm(const char *dir, char *const *manifests, size_t n, char *env) {
     argv[a++] = "--manifest";
     argv[a++] = manifests[i];
   }
-  char *tail[] = {"--arch", "sm_90a,sm_120a,sm_121a", "--cache-dir", (char *)dir, "--json", "--quiet", "-j", "2", NULL};
+  char *tail[] = {"--arch", (char *)archs, "--cache-dir", (char *)dir, "--json", "--quiet", "-j", "2", NULL};
   memcpy(argv + a, tail, sizeof tail);
   char *envv[] = {env, NULL};
   char *out = NULL;
@@ -113,9 +115,10 @@ Test(compile_check, every_listed_kernel_compiles_for_every_target_arch, .timeout
   for (size_t i = 0; i < g.gl_pathc; i++) manifests[n++] = g.gl_pathv[i];
   manifests[n++] = "tools/manifests/direct.json";
   char *dir = tu_tempdir("compile");
-  warm(dir, manifests, n, NULL);
+  warm(dir, manifests, n, NULL, "sm_90a,sm_120a,sm_121a");
   char *coverage = "tools/manifests/models/coverage.json";
-  for (size_t k = 0; k < sizeof knob_passes / sizeof knob_passes[0]; k++) warm(dir, &coverage, 1, (char *)knob_passes[k]);
+  for (size_t k = 0; k < sizeof knob_passes / sizeof knob_passes[0]; k++)
+    warm(dir, &coverage, 1, (char *)knob_passes[k].env, knob_passes[k].archs);
   globfree(&g);
   check_resources(dir);
   tu_rmrf(dir);
