@@ -1,6 +1,8 @@
-"""Peer for bench_quant: the same row quantizers written in PyTorch and compiled with
-torch.compile, timed on the same GPU and shapes (BF16 input, row-major scales: the peer gets the
-easier layout). Prints a Markdown table; with SK_BENCH_JSON=FILE also writes JSON."""
+"""Peer for the quantizers' bench cases (ops/quantization/cases.c): the same row quantizers written
+in PyTorch and compiled with torch.compile, timed on the same GPU and shapes (BF16 input, row-major
+scales: the peer gets the easier layout). Prints a Markdown table; with SK_BENCH_JSON=FILE also
+writes JSON lines that bench/results.py joins to bench_ops's rows by (op, case, gpu)."""
+import datetime
 import json
 import os
 
@@ -40,8 +42,11 @@ def mxfp8_quant(x):
 nv = torch.compile(nvfp4_quant)
 mx = torch.compile(mxfp8_quant)
 rows = []
+gpu = torch.cuda.get_device_name()
+date = datetime.date.today().isoformat()
 print("| peer | M | K | us | GB/s |\n|---|---|---|---|---|")
 for name, fn in (("torch.compile nvfp4", lambda x: nv(x, 100.0)), ("torch.compile mxfp8", mx)):
+    op = "quantization.nvfp4" if "nvfp4" in name else "quantization.mxfp8"
     for k in (2048, 4096, 7168):
         for m in (1, 16, 128, 4096, 16384):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -51,6 +56,10 @@ for name, fn in (("torch.compile nvfp4", lambda x: nv(x, 100.0)), ("torch.compil
             out_bytes = m * k // 2 + m * k // 16 if "nvfp4" in name else m * k + m * k // 32
             gbs = (m * k * 2 + out_bytes) / (ms * 1e-3) / 1e9
             print(f"| {name} | {m} | {k} | {ms * 1e3:.2f} | {gbs:.0f} |", flush=True)
-            rows.append({"peer": name, "m": m, "k": k, "us": ms * 1e3, "gbs": gbs})
+            case = f"bf16 m={m} k={k} swizzled" + (" gs=given" if "nvfp4" in name else "") + " data=0"
+            rows.append({"op": op, "case": case, "peer": "torch.compile", "peer_us": ms * 1e3, "peer_value": gbs,
+                         "metric": "GB/s", "gpu": gpu, "date": date})
 if os.environ.get("SK_BENCH_JSON"):
-    json.dump({"results": rows}, open(os.environ["SK_BENCH_JSON"], "w"), indent=1)
+    with open(os.environ["SK_BENCH_JSON"], "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")

@@ -1,26 +1,39 @@
 #!/bin/bash
-# gpu-run.sh: what one call on the device machine runs (binaries are built on the dev machine
-# and carried: build/tests/gpu, build/bench, build/bin (bench_runtime runs sk-warm) and
-# .devlibs/; build/gpu-cache is a kernel cache prebuilt for the device's arch with sk-warm, so
-# the lease is not spent compiling). Logs go to $OUT.
-#   SK_TESTS   test binaries to run (default: all GPU suites)
-#   SK_BENCHES benchmark binaries (default: all)
-#   SK_PEERS   python peer scripts under bench/ to run (default: none), e.g. "peer_gemm_torch"
+# gpu-run.sh: what one call on the device machine runs, over .devrun/ (built here by
+# tools/gpu-prep.sh and carried: stripped binaries, the libraries the device lacks, kernel caches
+# prebuilt for sm_90a). Logs and bench JSON end up in $OUT/results.tar.gz (and $OUT/gpu-test.log).
+#   SK_TESTS       GPU suites to run (default: every .devrun/new/tests/gpu/test_*)
+#   SK_BENCHES     benchmarks of this build (default: every .devrun/new/bench/*)
+#   SK_OLD_BENCHES benchmarks of the older build in .devrun/old, run first for a side-by-side
+#                  comparison (default: all of them, when .devrun/old exists; "none" skips them)
+#   SK_PEERS       python peer scripts under bench/ to run (default: none), e.g. "peer_gemm_torch"
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-}
-export SK_BUILD=build
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT/bench"
-if [ -d build/gpu-cache ]; then
-  chmod 700 build/gpu-cache
-  export SK_GPU_TEST_CACHE=$PWD/build/gpu-cache
-fi
+export LD_LIBRARY_PATH=$PWD/.devrun/libs:${LD_LIBRARY_PATH:-}
+FINAL=${OUT:-/tmp/out}
+OUT=$(mktemp -d)  # everything is packed into $FINAL/results.tar.gz at the end (the device returns few files)
+mkdir -p "$OUT/bench" "$FINAL"
+trap 'tar czf "$FINAL/results.tar.gz" -C "$OUT" . && cp "$OUT/gpu-test.log" "$FINAL/" 2>/dev/null' EXIT
+chmod 700 .devrun/new/cache .devrun/old/cache 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 echo "== gpu tests"
-sh tests/run-suites.sh ${SK_TESTS:-build/tests/gpu/test_*} 2>&1 | tee "$OUT/gpu-test.log"
+SK_BUILD=.devrun/new SK_GPU_TEST_CACHE=$PWD/.devrun/new/cache \
+  sh tests/run-suites.sh ${SK_TESTS:-.devrun/new/tests/gpu/test_*} 2>&1 | tee "$OUT/gpu-test.log"
+if [ -d .devrun/old ] && [ "${SK_OLD_BENCHES:-}" != none ]; then
+  echo "== benches of the older build"
+  for bin in ${SK_OLD_BENCHES:-.devrun/old/bench/*}; do
+    name=$(basename "$bin")
+    echo "== old $name"
+    SK_BUILD=.devrun/old SPARKINFER_CACHE_DIR=$PWD/.devrun/old/cache SK_BENCH_JSON="$OUT/bench/old-$name.json" \
+      timeout 300 "$bin" 2>&1 | tee "$OUT/old-$name.log"
+  done
+fi
 echo "== benches"
-SPARKINFER_CACHE_DIR=${SK_GPU_TEST_CACHE:-$HOME/.cache/sparkinfer} SK_BENCH_DIR="$OUT/bench" \
-  sh bench/run-benches.sh ${SK_BENCHES:-build/bench/*} 2>&1 | tee "$OUT/bench.log"
+for bin in ${SK_BENCHES:-.devrun/new/bench/*}; do
+  name=$(basename "$bin")
+  echo "== $name"
+  SK_BUILD=.devrun/new SPARKINFER_CACHE_DIR=$PWD/.devrun/new/cache SK_BENCH_JSON="$OUT/bench/$name.json" \
+    timeout 300 "$bin" 2>&1 | tee "$OUT/$name.log"
+done
 for peer in ${SK_PEERS:-}; do
   echo "== peer $peer"
   SK_BENCH_JSON="$OUT/bench/$peer.json" PYTHONUNBUFFERED=1 timeout 240 python3 "bench/$peer.py" 2>&1 |
