@@ -32,7 +32,10 @@
  *   alpha     fp32 [1] on the device, optional (absent = 1.0)
  *   c         caps.out [M, N], contiguous
  * Scratch: the decode split-K workspace (zero_once); optional for this op: without it (NULL, 0)
- * or when it is too small, the decode kernel takes a whole tile per CTA (same bits).
+ * or when it is too small, the decode kernel takes a whole tile per CTA (each weight byte still
+ * read once; another reduction order, so other low bits).
+ * After sk_bind, sk_binding_symbol gives M, REGIME (the kernel slot the run launches) and CTAS (the
+ * GEMM launch's CTAs); the linear ops add QUANTIZE (1: x is quantized by a first launch).
  *
  * Thread safety: as sparkinfer/op.h; the one-shot functions may be called concurrently, but a
  * workspace must not be shared by two launches that can run at the same time.

@@ -20,14 +20,29 @@ typedef struct tile_cfg {
   int bm, bn, bk, wm, wn, stages;
 } tile_cfg;
 
-/* Everything selection reads besides the problem: the overrides and the SM count. */
+/* The arch-dependent constants of the selection: one row of select.c's table per arch family. */
+typedef struct gemm_arch_row {
+  int cc;                 /* first compute capability of the row */
+  int splitk_ctas_per_sm; /* decode split-K grid: CTAs per SM it aims at */
+  int sm120_stages[3];    /* SM120 block-scaled kernel stages for nvfp4, mxfp4, mxfp8; 0: no such path */
+  int linear_fused;       /* SPARKINFER_GEMM_LINEAR_FUSED's default */
+} gemm_arch_row;
+/* The row for `arch` (the last one whose cc is at most the arch's). */
+const gemm_arch_row *gemm_arch_row_for(const char *arch);
+
+/* Everything selection reads besides the problem: the arch's properties and constants, and the
+ * overrides. */
 typedef struct gemm_tuning {
   decode_cfg decode;
   tile_cfg tile;
-  int linear_fused; /* gemm.mxfp8_linear quantizes inside the decode kernel at M <= 8 */
-  int sms;
+  int linear_fused;        /* gemm.mxfp8_linear quantizes inside the decode kernel at M <= 8 */
+  int sms;                 /* SM count (sk_arch_props) */
+  unsigned smem_per_block; /* shared memory one block may opt in to (sk_arch_props) */
+  int splitk_ctas_per_sm;  /* the arch row's */
+  int sm120_stages[3];     /* the arch row's where the target has the SM120 instructions, else 0 */
 } gemm_tuning;
-/* Read the overrides (SK_ERR_INVALID_ARGUMENT naming a malformed one) for `props`. */
+/* Read the arch row and the overrides (SK_ERR_INVALID_ARGUMENT naming a malformed one) for
+ * `props`. */
 sk_status gemm_tuning_read(const sk_arch_props *props, gemm_tuning *t);
 
 enum { PATH_DECODE = 0, PATH_TILED = 1, PATH_SM120 = 2, PATH_FUSED = 3 };
@@ -52,9 +67,14 @@ extern const char *const gemm_out_names[3];
 #define GEMM_WEIGHT_SHAPE_RULE "N >= 1, K a positive multiple of 128 up to 2^30, N x K within 32-bit work counters"
 bool gemm_weight_shape_fits(int64_t n, int64_t k);
 
-void gemm_config(const gemm_tuning *t, int recipe, int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c);
+/* The configuration for one problem (a pure function of its arguments). */
+void gemm_config(const gemm_tuning *t, int recipe, int out, int64_t m, int64_t n, int64_t k, gemm_cfg *c);
 /* gemm.mxfp8_linear's: mm's MXFP8 configuration, or the fused decode kernel where it applies. */
-void gemm_linear_config(const gemm_tuning *t, int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c);
+void gemm_linear_config(const gemm_tuning *t, int out, int64_t m, int64_t n, int64_t k, gemm_cfg *c);
+/* SK_OK when the configuration's shared memory fits the arch (t->smem_per_block); else
+ * SK_ERR_INVALID_ARGUMENT naming SPARKINFER_GEMM_PREFILL_TILE when that override chose the tile,
+ * SK_ERR_UNSUPPORTED otherwise. `op` prefixes the message. */
+sk_status gemm_cfg_check_smem(const gemm_tuning *t, const gemm_cfg *c, const char *op);
 bool gemm_linear_fuses(const gemm_tuning *t, int64_t m);
 void gemm_cfg_strings(const gemm_cfg *c, char name[160], char params[128]);
 const char *gemm_cfg_source(const gemm_cfg *c);
@@ -96,6 +116,10 @@ typedef struct gemm_args {
   void *c;
   int64_t m, n, k, ldc;
 } gemm_args;
+/* What a bind fixed, published as binding symbols (sk_binding_symbol) for tools and tests:
+ * REGIME (the kernel slot the run launches), CTAS (CTAs of the GEMM launch: the decode grid, or
+ * the tiled grid's x * y). */
+sk_status gemm_bind_symbols(sk_binding *b, const gemm_cfg *cfg, int regime, int64_t decode_ctas, unsigned grid_y);
 sk_status gemm_launch_decode(sk_kernel *kern, const gemm_cfg *cfg, const gemm_args *x, const decode_launch *d, void *stream);
 sk_status gemm_launch_tiled(sk_kernel *kern, const gemm_cfg *cfg, const gemm_args *x, unsigned grid_y, void *stream);
 

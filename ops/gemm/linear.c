@@ -108,7 +108,8 @@ static sk_status bind_common(sk_binding *b, const void *w_codes, const void *w_s
   } else {
     g->grid_y = (unsigned)sk_cdiv(m, cfg->bm);
   }
-  return SK_OK;
+  SK_TRY(sk_binding_set_symbol(b, "QUANTIZE", g->quantize));
+  return gemm_bind_symbols(b, cfg, g->regime, g->decode.ctas, g->grid_y);
 }
 
 static sk_status run_common(const sk_binding *b, void *stream) {

@@ -120,7 +120,7 @@ static sk_status bind(sk_binding *b) {
   g->args = (gemm_args){b->data[T_A_CODES], b->data[T_A_SCALES], b->data[T_B_CODES], b->data[T_B_SCALES],
                         b->data[T_ALPHA], b->data[T_C], m, c->n, c->k, c->n};
   bind_launch(st, m, b->scratch_base, b->scratch_bytes, g);
-  return SK_OK;
+  return gemm_bind_symbols(b, &st->regimes.cfg[g->regime], g->regime, g->decode.ctas, g->grid_y);
 }
 
 static sk_status run(const sk_binding *b, void *stream) {
@@ -382,7 +382,8 @@ SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m
   gemm_tuning t;
   SK_TRY(tuning_for(&arch, buf, &t));
   gemm_cfg cfg;
-  gemm_config(&t, recipe, (int)out, m, n, k, arch, &cfg);
+  gemm_config(&t, recipe, (int)out, m, n, k, &cfg);
+  SK_TRY(gemm_cfg_check_smem(&t, &cfg, OP " describe"));
   memset(info, 0, sizeof *info);
   gemm_cfg_strings(&cfg, info->name, info->params);
   snprintf(info->source, sizeof info->source, "%s", gemm_cfg_source(&cfg));

@@ -1,8 +1,8 @@
 /* ops/gemm/select.c - the gemm kernel configuration: decode tiling and grid, the tiled / SM120
- * tile heuristics, the SPARKINFER_GEMM_* overrides and the regimes a plan resolves. A pure
- * function of (recipe, output type, M, N, K, arch properties, overrides): plans, manifests,
- * sk_gemm_describe and the CPU tests all call it. Kernels and launch contracts:
- * ops/gemm/gemv_decode.cuh (M <= 16), mma_tiled.cuh (M > 16), sm120_blockscaled.cuh. */
+ * tile heuristics, the per-arch constants, the SPARKINFER_GEMM_* overrides and the regimes a plan
+ * resolves. A pure function of (recipe, output type, M, N, K, arch properties, overrides):
+ * plans, manifests, sk_gemm_describe and the CPU tests all call it. Kernels and launch
+ * contracts: ops/gemm/gemv_decode.cuh (M <= 16), mma_tiled.cuh (M > 16), sm120_blockscaled.cuh. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,9 +16,34 @@
 #define TILED_SOURCE "gemm/mma_tiled.cuh"
 #define SM120_SOURCE "gemm/sm120_blockscaled.cuh"
 /* gemm.mxfp8_linear quantizes its BF16 tokens inside the decode kernel up to this M when
- * SPARKINFER_GEMM_LINEAR_FUSED=1. Off by default: quantize + mm is faster on the H200 (the fused
- * kernel quantizes the tokens again for every weight tile). */
+ * SPARKINFER_GEMM_LINEAR_FUSED is on (the arch table's default, or the variable). */
 #define LINEAR_FUSED_MAX_M 8
+
+/* ---- per-arch constants ---------------------------------------------------------------------
+ * Everything selection takes from the arch besides sk_arch_props (SM count, shared memory per
+ * block: runtime/arch.c). A plan uses the last row whose cc is at most its arch's. Each row says
+ * whether its values were measured (on the H200, the one GPU this project measures on) or derived
+ * from the vendor's specifications. Every configuration is also checked against the arch's shared
+ * memory per block (gemm_cfg_check_smem), and the CPU test (tests/test_gemm_ops.c) pins the
+ * kernels each arch table device gets. */
+static const gemm_arch_row arch_rows[] = {
+    /* sm_89 .. sm_100 - measured (H200): split-K grids aim at 2 CTAs per SM; no SM120
+     * instructions; quantize + mm beats the fused mxfp8_linear decode kernel (that kernel
+     * quantizes the tokens again for every weight tile), so fusion is off. */
+    {89, 2, {0, 0, 0}, 0},
+    /* sm_120 / sm_121 - derived (spec: 99 KB of shared memory per block): the SM120 kernel's
+     * stages fill it (FP4 4 x 18 KB at 128-row tiles; MXFP8 3 x 33 KB, exactly 99 KB); the
+     * split-K target and the fusion default are the H200's (no SM120 measurement). */
+    {120, 2, {4, 4, 3}, 0},
+};
+
+const gemm_arch_row *gemm_arch_row_for(const char *arch) {
+  const int cc = sk_arch_number(arch);
+  const gemm_arch_row *row = &arch_rows[0];
+  for (size_t i = 0; i < sizeof arch_rows / sizeof arch_rows[0]; i++)
+    if (arch_rows[i].cc <= cc) row = &arch_rows[i];
+  return row;
+}
 
 const char *const gemm_recipe_names[5] = {"nvfp4", "mxfp4", "mxfp8", "block_fp8", "tensor_fp8"};
 const char *const gemm_out_names[3] = {"bf16", "fp16", "fp32"};
@@ -99,10 +124,14 @@ static sk_status tile_override(tile_cfg *out) {
 
 sk_status gemm_tuning_read(const sk_arch_props *props, gemm_tuning *t) {
   memset(t, 0, sizeof *t);
+  const gemm_arch_row *row = gemm_arch_row_for(props->arch);
   t->sms = props->sm_count > 0 ? props->sm_count : 128;
+  t->smem_per_block = props->smem_per_block;
+  t->splitk_ctas_per_sm = row->splitk_ctas_per_sm;
+  if (sk_arch_is_sm120(props->arch)) memcpy(t->sm120_stages, row->sm120_stages, sizeof t->sm120_stages);
   SK_TRY(decode_override(&t->decode));
   SK_TRY(tile_override(&t->tile));
-  return sk_tune_flag("SPARKINFER_GEMM_LINEAR_FUSED", 0, &t->linear_fused);
+  return sk_tune_flag("SPARKINFER_GEMM_LINEAR_FUSED", row->linear_fused, &t->linear_fused);
 }
 
 /* ---- decode ----------------------------------------------------------------------------------- */
@@ -162,7 +191,7 @@ static decode_grid decode_schedule(const gemm_tuning *t, int r, int token_tiles,
   const int64_t rows = sk_decode_tile_rows(row_tiles, groups);
   const int64_t tiles = sk_decode_tiles((int)n, r, row_tiles, groups), sms = t->sms, steps = k / step_k();
   /* split-K: whole tiles, K split until the grid has the target CTAs per SM */
-  const int64_t target = (d.ctas_per_sm && d.schedule == SCHEDULE_SPLITK ? d.ctas_per_sm : 2) * sms;
+  const int64_t target = (d.ctas_per_sm && d.schedule == SCHEDULE_SPLITK ? d.ctas_per_sm : t->splitk_ctas_per_sm) * sms;
   int64_t splits = tiles >= target ? 1 : sk_cdiv(target, tiles);
   if (splits > 16) splits = 16;
   if (splits > steps / 4) splits = steps / 4; /* >= 4 steps per split (one per warp of a 4-warp block) */
@@ -243,7 +272,7 @@ static tile_cfg tiled_config(const gemm_tuning *t, int r, int64_t m, int64_t n) 
   return (tile_cfg){128, 64, 128, 2, 2, 3};
 }
 
-void gemm_config(const gemm_tuning *t, int r, int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c) {
+void gemm_config(const gemm_tuning *t, int r, int out, int64_t m, int64_t n, int64_t k, gemm_cfg *c) {
   *c = (gemm_cfg){.recipe = r, .out = out};
   if (m <= GEMM_DECODE_MAX_M) {
     const int token_tiles = m <= 8 ? 1 : 2;
@@ -255,8 +284,8 @@ void gemm_config(const gemm_tuning *t, int r, int out, int64_t m, int64_t n, int
     c->tmpl[3] = rg;
     c->grid = (sk_dim3){(unsigned)sk_decode_tiles((int)n, r, rt, rg), 1, 1};
     c->block = (sk_dim3){32u * (unsigned)t->decode.warps, 1, 1};
-  } else if (r <= SK_GEMM_MXFP8 && sk_arch_is_sm120(arch)) {
-    const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = r == SK_GEMM_MXFP8 ? 3 : 4;
+  } else if (r <= SK_GEMM_MXFP8 && t->sm120_stages[r]) {
+    const int bm = m <= 128 ? 64 : 128, wm = bm == 64 ? 1 : 2, stages = t->sm120_stages[r];
     c->path = PATH_SM120;
     c->tmpl[0] = bm;
     c->tmpl[1] = wm;
@@ -278,10 +307,23 @@ void gemm_config(const gemm_tuning *t, int r, int out, int64_t m, int64_t n, int
 
 bool gemm_linear_fuses(const gemm_tuning *t, int64_t m) { return m <= LINEAR_FUSED_MAX_M && t->linear_fused; }
 
-void gemm_linear_config(const gemm_tuning *t, int out, int64_t m, int64_t n, int64_t k, const char *arch, gemm_cfg *c) {
-  gemm_config(t, SK_GEMM_MXFP8, out, m, n, k, arch, c);
+void gemm_linear_config(const gemm_tuning *t, int out, int64_t m, int64_t n, int64_t k, gemm_cfg *c) {
+  gemm_config(t, SK_GEMM_MXFP8, out, m, n, k, c);
   /* the fused kernel has mm's geometry only where mm's warps split K */
   if (c->path == PATH_DECODE && c->tmpl[3] == 1 && gemm_linear_fuses(t, m)) c->path = PATH_FUSED;
+}
+
+sk_status gemm_cfg_check_smem(const gemm_tuning *t, const gemm_cfg *c, const char *op) {
+  if (c->smem <= t->smem_per_block) return SK_OK;
+  char name[160], params[128];
+  gemm_cfg_strings(c, name, params);
+  if (c->path == PATH_TILED && t->tile.bm)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT,
+                        "%s: SPARKINFER_GEMM_PREFILL_TILE=%d,%d,%d,%d,%d needs %u bytes of shared memory per block; the "
+                        "arch allows %u",
+                        op, t->tile.bm, t->tile.bn, t->tile.wm, t->tile.wn, t->tile.stages, c->smem, t->smem_per_block);
+  return sk_set_error(SK_ERR_UNSUPPORTED, "%s: %s needs %u bytes of shared memory per block; the arch allows %u", op, params,
+                      c->smem, t->smem_per_block);
 }
 
 static const char *const path_sources[] = {DECODE_SOURCE, TILED_SOURCE, SM120_SOURCE, DECODE_SOURCE};
@@ -329,8 +371,9 @@ sk_status gemm_plan_regimes(sk_plan *p, const gemm_tuning *t, int recipe, int ou
   for (int i = 0; i < nstarts && starts[i] <= max_m; i++) {
     if (ends[i] < starts[i]) continue;
     gemm_cfg c;
-    if (linear) gemm_linear_config(t, out, starts[i], n, k, p->arch, &c);
-    else gemm_config(t, recipe, out, starts[i], n, k, p->arch, &c);
+    if (linear) gemm_linear_config(t, out, starts[i], n, k, &c);
+    else gemm_config(t, recipe, out, starts[i], n, k, &c);
+    SK_TRY(gemm_cfg_check_smem(t, &c, p->def->info.name));
     const int64_t hi = ends[i] < max_m ? ends[i] : max_m;
     if (g->count && cfg_equal(&g->cfg[g->count - 1], &c)) {
       g->hi[g->count - 1] = hi;
@@ -352,6 +395,11 @@ sk_status gemm_plan_regimes(sk_plan *p, const gemm_tuning *t, int recipe, int ou
 }
 
 /* ---- launches --------------------------------------------------------------------------------- */
+
+sk_status gemm_bind_symbols(sk_binding *b, const gemm_cfg *cfg, int regime, int64_t decode_ctas, unsigned grid_y) {
+  SK_TRY(sk_binding_set_symbol(b, "REGIME", regime));
+  return sk_binding_set_symbol(b, "CTAS", gemm_path_is_decode(cfg->path) ? decode_ctas : (int64_t)cfg->grid.x * grid_y);
+}
 
 sk_status gemm_launch_decode(sk_kernel *kern, const gemm_cfg *cfg, const gemm_args *x, const decode_launch *d, void *stream) {
   const void *ac = x->ac, *as = x->as, *bc = x->bc, *bs = x->bs, *alpha = x->alpha;

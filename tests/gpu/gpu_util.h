@@ -68,4 +68,33 @@ static inline void *gpu_download(const void *d, size_t n) {
   CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
   return h;
 }
+#include "sparkinfer/op.h"
+/* A plan's device scratch: its sk_plan_scratch_spec bytes, zeroed (the zero_once rule; an op
+ * whose scratch never matters does not mind), or NULL when it needs none. *bytes gets the size.
+ * The caller frees it (cudaFree). */
+static inline void *gpu_plan_scratch(const sk_plan *plan, size_t *bytes) {
+  sk_scratch_spec spec;
+  SK_OK_OR_FAIL(sk_plan_scratch_spec(plan, &spec));
+  *bytes = spec.bytes;
+  return spec.bytes ? gpu_zeroed(spec.bytes) : NULL;
+}
+/* Run `op` once: a plan from `caps`, its scratch, a binding of the `n` tensors (NULL for absent
+ * ones), a run on `stream`, a wait; everything freed. Returns the first failing step's status
+ * (the plan's, the bind's or the run's; the message says which); CUDA errors fail the test. */
+static inline sk_status gpu_run_op(const char *op, const void *caps, const DLTensor *const *tensors, size_t n, void *stream) {
+  sk_plan *plan;
+  sk_status s = sk_plan_create(op, caps, &plan);
+  if (s != SK_OK) return s;
+  size_t bytes;
+  void *scratch = gpu_plan_scratch(plan, &bytes);
+  sk_binding *b = NULL;
+  s = sk_binding_create(plan, NULL, &b);
+  if (s == SK_OK) s = sk_bind(b, tensors, n, scratch, bytes);
+  if (s == SK_OK) s = sk_run(b, stream);
+  if (s == SK_OK) CUDA_OK(cudaStreamSynchronize((cudaStream_t)stream));
+  sk_binding_destroy(b);
+  sk_plan_destroy(plan);
+  if (scratch) CUDA_OK(cudaFree(scratch));
+  return s;
+}
 #endif

@@ -241,10 +241,10 @@ int skh_compare(const skh_tensor *t, const skh_tolerance *tol, char *err, size_t
       snprintf(err, errlen, "tensor %s: element %zu: got %.9g, want %.9g", t->name, i, g, w);
       return -1;
     }
-    const double e = fabs(g - w), bound = tol->max_abs + tol->rel * fabs(w);
+    const double e = fabs(g - w), bound = tol->max_abs + tol->rel * fabs(w) + (tol->elem_abs ? tol->elem_abs[i] : 0);
     if (!(e <= bound)) {
-      snprintf(err, errlen, "tensor %s: element %zu of %zu: got %.9g, want %.9g (|err| %.3g > %.3g + %.3g*|want|)", t->name,
-               i, n, g, w, e, tol->max_abs, tol->rel);
+      snprintf(err, errlen, "tensor %s: element %zu of %zu: got %.9g, want %.9g (|err| %.3g > %.3g = %.3g + %.3g*|want|%s)",
+               t->name, i, n, g, w, e, bound, tol->max_abs, tol->rel, tol->elem_abs ? " + its own bound" : "");
       return -1;
     }
     if (e > worst) worst = e, worst_i = i;

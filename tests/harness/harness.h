@@ -81,7 +81,7 @@ typedef struct skh_tensor {
 
 typedef enum skh_check {
   SKH_EXACT = 0,   /* bytes equal (quantized codes, integer outputs) */
-  SKH_CLOSE = 1,   /* decoded values: |got - want| <= max_abs + rel*|want|, and cosine >= min_cosine */
+  SKH_CLOSE = 1,   /* decoded values: |got - want| <= max_abs + rel*|want| (+ elem_abs[i]), and cosine >= min_cosine */
   SKH_SKIP = 2,    /* not compared (e.g. a buffer the op may leave partly unwritten) */
 } skh_check;
 
@@ -90,6 +90,11 @@ typedef struct skh_tolerance {
   double max_abs, rel;
   double min_cosine;              /* 0: not checked */
   int nan_equal;                  /* CLOSE: NaN matches NaN */
+  /* CLOSE, optional: a per-element absolute bound (flat index) added to max_abs, for errors that
+   * scale with each element's own condition (a GEMM's sum of |a*b|). The op owns the array (e.g.
+   * filled by its reference for the case just computed); it must stay valid until skh_compare
+   * returns. */
+  const double *elem_abs;
 } skh_tolerance;
 
 typedef struct skh_op {
