@@ -36,6 +36,8 @@ typedef struct dev_case {
   sk_scratch_spec spec;
   sk_binding *binding;
   uint64_t seed;
+  int filled;                      /* t[] holds the inputs (kept from the first phase) */
+  void *saved[SKH_MAX_TENSORS];    /* INOUT inputs (the run overwrites t->host with outputs) */
 } dev_case;
 
 static int failures;
@@ -53,11 +55,22 @@ static bool wanted(const skh_case *c) {
 
 /* Tensors, inputs (seeded), device buffers, scratch (zeroed once when the plan says so), bind. */
 static void prepare(const skh_op *op, dev_case *d) {
-  char err[512];
-  cr_assert_eq(skh_tensors_for(op, &d->c, d->plan, d->t, &d->n, err, sizeof err), 0, "%s %s: %s", op->op, d->c.name, err);
-  skref_rng rng;
-  skref_rng_seed(&rng, d->seed);
-  op->fill(&d->c, d->t, d->n, &rng);
+  if (!d->filled) {
+    char err[512];
+    cr_assert_eq(skh_tensors_for(op, &d->c, d->plan, d->t, &d->n, err, sizeof err), 0, "%s %s: %s", op->op, d->c.name, err);
+    skref_rng rng;
+    skref_rng_seed(&rng, d->seed);
+    op->fill(&d->c, d->t, d->n, &rng);
+    for (size_t i = 0; i < d->n; i++)
+      if (d->t[i].present && d->t[i].role == SK_TENSOR_INOUT) {
+        d->saved[i] = malloc(d->t[i].bytes ? d->t[i].bytes : 1);
+        cr_assert(d->saved[i]);
+        memcpy(d->saved[i], d->t[i].host, d->t[i].bytes);
+      }
+    d->filled = 1;
+  }
+  for (size_t i = 0; i < d->n; i++)
+    if (d->saved[i]) memcpy(d->t[i].host, d->saved[i], d->t[i].bytes);
   for (size_t i = 0; i < d->n; i++) {
     skh_tensor *t = &d->t[i];
     d->dptr[i] = NULL;
@@ -94,15 +107,24 @@ static void read_outputs(dev_case *d, void **into) {
   }
 }
 
-static void release(dev_case *d) {
-  for (size_t i = 0; i < d->n; i++)
+/* Device buffers and the binding go; the host inputs stay for the graph phase (keep_inputs). */
+static void release(dev_case *d, int keep_inputs) {
+  for (size_t i = 0; i < d->n; i++) {
     if (d->dptr[i]) CUDA_OK(cudaFree(d->dptr[i]));
+    d->dptr[i] = NULL;
+  }
   if (d->scratch) CUDA_OK(cudaFree(d->scratch));
   sk_binding_destroy(d->binding);
   d->binding = NULL;
   d->scratch = NULL;
+  if (keep_inputs) return;
   skh_tensors_free(d->t, d->n);
+  for (size_t i = 0; i < d->n; i++) {
+    free(d->saved[i]);
+    d->saved[i] = NULL;
+  }
   d->n = 0;
+  d->filled = 0;
 }
 
 /* Phase 1: one case against the reference. */
@@ -125,7 +147,7 @@ static void check_case(const skh_op *op, dev_case *d, cudaStream_t s) {
     if (skh_compare(t, &tol, err, sizeof err))
       CASE_FAIL("%s [%s] seed 0x%llx: %s", op->op, d->c.name, (unsigned long long)d->seed, err);
   }
-  release(d);
+  release(d, !(d->c.flags & SKH_NO_GRAPH));
 }
 
 /* Phase 2 (after the freeze): eager vs two graph replays, byte for byte. */
@@ -165,7 +187,7 @@ static void check_graph(const skh_op *op, dev_case *d, cudaStream_t s) {
     free(eager[i]);
     free(replay[i]);
   }
-  release(d);
+  release(d, 0);
 }
 
 static void run_op(const skh_op *op) {
