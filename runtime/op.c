@@ -372,7 +372,7 @@ sk_status sk_tune_int(const char *var, int64_t def, int64_t lo, int64_t hi, int6
   if (!v) return SK_OK;
   char *end;
   errno = 0;
-  const long long x = strtoll(v, &end, 0);
+  const long long x = strtoll(v, &end, 10); /* decimal: "010" is ten, not eight */
   if (errno || end == v || *end || x < lo || x > hi)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s=%.64s: expected a whole number in [%lld, %lld]", var, v,
                         (long long)lo, (long long)hi);
