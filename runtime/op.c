@@ -896,8 +896,8 @@ static sk_status bind_all(sk_binding *b, const DLTensor *const *tensors, size_t 
       for (size_t i = 0; i < n && !who; i++)
         for (int d = 0; tensors[i] && d < ndims[i]; d++)
           if (span_is(&dims[i][d], sr->name)) who = &en->tensors[i];
-      return sk_bind_error(b, "%s%s%s = %lld must be in [%s, %s] = [%lld, %lld] for this plan", who ? "tensor " : "",
-                           who ? who->name : "", who ? ": its dim" : sr->name, (long long)v->value, sr->lo, sr->hi,
+      return sk_bind_error(b, "%s%s%s%s = %lld must be in [%s, %s] = [%lld, %lld] for this plan", who ? "tensor " : "",
+                           who ? who->name : "", who ? ": its dim " : "", sr->name, (long long)v->value, sr->lo, sr->hi,
                            (long long)lo, (long long)hi);
     }
   }
