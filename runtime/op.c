@@ -934,6 +934,9 @@ SK_API sk_status sk_run(const sk_binding *b, void *stream) {
   if (SK_UNLIKELY(!b->bound))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s run: the binding is not bound (sk_bind failed or was not called)",
                         b->plan->def->info.name);
+  if (SK_UNLIKELY(b->plan->offline))
+    return sk_set_error(SK_ERR_NO_DEVICE, "%s run: the plan is offline (made for %s without a GPU): nothing is loaded",
+                        b->plan->def->info.name, b->plan->arch);
   return b->plan->def->run(b, stream);
 }
 
