@@ -105,7 +105,7 @@ static sk_status mhc_knobs(const sk_plan *p, mhc_state *st) {
   if (proj > limit)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         OP " projection kernel: %d warps x %d stages need %u bytes of shared memory, more than the %u a "
-                        "block of %s can have (SPARKINFER_MHC_PROJECTION_WARPS / _STAGES)",
+                        "block of %s can have (SPARKINFER_MHC_PROJECTION_WARPS, SPARKINFER_MHC_PROJECTION_STAGES)",
                         st->projection_warps, st->projection_stages, proj, limit, p->arch);
   SK_TRY(sk_tune_int("SPARKINFER_MHC_STAGES", 2, 2, MAX_STAGES, &v));
   st->stages = (int)v;
@@ -136,7 +136,8 @@ static sk_status mhc_knobs(const sk_plan *p, mhc_state *st) {
   if (bytes > limit)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         OP " post_pre partial kernel: %d stages%s and %d fn terms in shared memory need %u bytes, more "
-                        "than the %u a block of %s can have (SPARKINFER_MHC_STAGES / _FN_SMEM_TERMS / _OWN_SUMS)",
+                        "than the %u a block of %s can have (SPARKINFER_MHC_STAGES, SPARKINFER_MHC_FN_SMEM_TERMS, "
+                        "SPARKINFER_MHC_OWN_SUMS)",
                         st->stages & (OWN_SUMS_FLAG - 1), own_sums ? " with their own sums buffer" : "",
                         st->fn_smem_terms, bytes, limit, p->arch);
   int fused;
