@@ -1,5 +1,5 @@
 // norm.mhc — fused RMSNorm + hyper-connection residual (DeepSeek-V4 mHC), BF16.
-// Math and scratch layout: ops/norm/norm.mhc.md. Reference: tests/ref/mhc.{h,c}.
+// Math and scratch layout: ops/norm/norm.mhc.md. Reference: ops/norm/ref_mhc.{h,c}.
 //
 // ============================================ LAUNCH CONTRACT ============================================
 // Common to every kernel:
@@ -67,7 +67,7 @@
 //    172 / 213 KiB for 2 / 2 own sums / 3 / 4 stages (+ 128 B); above 48 KiB the host raises the
 //    kernel's max dynamic shared memory attribute. Static smem 5 KiB.
 //    Suggested: num_stages 2 (the fastest; 3-4 need sm_90/sm_100 shared memory);
-//    groups_per_cta from a wave model (runtime/ops/norm/mhc.c): about one range per resident CTA.
+//    groups_per_cta from a wave model (ops/norm/mhc.c): about one range per resident CTA.
 //
 // 2b. template <int HIDDEN> __global__ void pre_partial_scalar_kernel(
 //        const bf16* x, const float* fn_pre, bf16* residual_out, float* partials);   // as in 2
@@ -76,7 +76,8 @@
 //        const float* fn, bf16* residual_out, float* partials);                      // as in 2
 //    Scalar fp32 FMA, one warp per (token, tile, role); role z takes mixes 4z .. 4z+3.
 //    block = exactly 32 threads; grid = (T, S, 6); no shared memory. Written: as in 2.
-//    Suggested for T <= 8 (the host's default crossover; SPARKINFER_MHC_SCALAR_MAX_T). Bits differ
+//    Suggested for decode sizes (the host's crossover: T <= 16 for H <= 4096, 8 above;
+//    SPARKINFER_MHC_SCALAR_MAX_T). Bits differ
 //    from kernel 2 (another summation order) but do not depend on T.
 //
 // 2c. template <int HIDDEN, typename NormWeight> __global__ void pre_fused_decode_kernel(
@@ -118,7 +119,7 @@
 //
 // Grid limits: grid.x is at most 2^31 - 1 (T), grid.y = S or H / hidden_per_cta (< 65536).
 // The tensor-core partials (2) are much faster than the scalar ones (2b) at large T but slower at
-// T = 1 (equal at T = 16): hence 2b for T <= 8.
+// T = 1 (about equal at T = 16, where 2b's 6 * S * T CTAs grow with H): hence 2b for decode sizes.
 // ==========================================================================================================
 #pragma once
 #include <cuda_bf16.h>
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(kPostThreads)
 //   reduce  warps' partial sums into smem (2 stages: the consumed stage buffer; else two sums
 //           buffers), then one thread per (token, slot) sums them in warp order and writes the
 //           partial row. The two schedules (partial_body) order these phases differently.
-// Index math: norm/mhc_layout.cuh (emulated on the CPU by tests/ref/mhc_emu.c).
+// Index math: norm/mhc_layout.cuh (emulated on the CPU by tests/test_mhc_emulation.c).
 
 constexpr int kGroup = SK_MHC_GROUP;
 constexpr int kChunks = SK_MHC_CHUNKS;
@@ -847,7 +848,7 @@ __global__ void __launch_bounds__(16 * kWarpSize, 1)
 // host raises the attribute). STAGES = x buffers per warp: 2 loads a warp's next group while it
 // multiplies the current one; 1 loads it after the MMAs (before the partial-row stores), so the
 // other warps of the SM must hide the load, and the same shared memory holds twice the warps.
-// Defaults: runtime/ops/norm/mhc.c (projection_shape).
+// Defaults: the per-arch tuning table of ops/norm/mhc.c.
 
 constexpr int kTileKSteps = kTileH / 16;                  // 16 k-steps of mma.m16n8k16 per tile
 constexpr int kFnLaneWords = 20;                          // 18 fragment words + 2 pad: 16-byte rows, no bank conflicts
@@ -1360,7 +1361,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 // waits at all). As long as the waiters of the whole grid, (S + 1) * T, occupy fewer than all the
 // CTA slots of the device, a free or soon-freed slot (a non-waiter never blocks) always remains for
 // the CTAs not yet started, so every arrival happens. The host launches this kernel only when
-// (S + 1) * T <= (resident CTAs per SM x SMs) / 2 (runtime/ops/norm/mhc.c; half, for other work
+// (S + 1) * T <= (resident CTAs per SM x SMs) / 2 (ops/norm/mhc.c; half, for other work
 // sharing the GPU), and falls back to 2b -> 3 otherwise.
 
 constexpr int kFusedYRole = kRoles - 1;      // a waiter per tile: gates, y (tile 0: post)
