@@ -28,14 +28,9 @@ static void teardown(void) {
   free(dir);
 }
 
-static const char *const knobs[] = {
-    "SPARKINFER_MHC_PROJECTION_WARPS", "SPARKINFER_MHC_PROJECTION_STAGES", "SPARKINFER_MHC_STAGES",
-    "SPARKINFER_MHC_TOKENS_PER_CTA",   "SPARKINFER_MHC_SCALAR_MAX_T",      "SPARKINFER_MHC_SPLIT_MIN_T",
-    "SPARKINFER_MHC_FN_SMEM_TERMS",    "SPARKINFER_MHC_OWN_SUMS",          "SPARKINFER_MHC_FUSED_DECODE",
-};
 /* Every test starts from the defaults (a knob left set by a failed assertion must not leak). */
 static void clear_knobs(void) {
-  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) unsetenv(knobs[i]);
+  for (const char *const *k = sk_mhc_knobs; *k; k++) unsetenv(*k);
 }
 
 static sk_mhc_caps caps_of(int64_t hidden, int64_t max_tokens, sk_mhc_norm_weight w) {
@@ -134,11 +129,10 @@ Test(mhc_ops, caps_are_validated) {
   const sk_mhc_caps c = caps_of(4096, 64, SK_MHC_NORM_BF16);
   static const struct {
     const char *what, *message;
-    void (*edit)(sk_mhc_caps *);
   } bad[] = {
-      {"hidden 4000", "multiple of 256", NULL}, {"max_tokens 0", "max_tokens", NULL}, {"sinkhorn_iters 0", "sinkhorn_iters", NULL},
-      {"rms_eps -1", "rms_eps", NULL},          {"norm_eps 0 with a weight", "norm_eps", NULL},
-      {"norm_weight 5", "norm_weight", NULL},   {"hc_eps -1", "hc_eps", NULL},
+      {"hidden 4000", "multiple of 256"}, {"max_tokens 0", "max_tokens"}, {"sinkhorn_iters 0", "sinkhorn_iters"},
+      {"rms_eps -1", "rms_eps"},          {"norm_eps 0 with a weight", "norm_eps"},
+      {"norm_weight 5", "norm_weight"},   {"hc_eps -1", "hc_eps"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sk_mhc_caps b = c;
@@ -382,6 +376,8 @@ static void expect_refused(const char *arch, const char *knob, const char *const
 
 Test(mhc_ops, malformed_and_out_of_range_knobs_are_refused_naming_them) {
   clear_knobs();
+  for (const char *const *k = sk_mhc_knobs; *k; k++) /* the list is what the selection reads */
+    expect_refused("sm_90a", *k, (const char *const[]){"junk"}, 1, 0);
   REFUSED("sm_90a", "SPARKINFER_MHC_PROJECTION_WARPS", 0, "0", "9", "four", "-1", "4x", "0x4");
   REFUSED("sm_90a", "SPARKINFER_MHC_PROJECTION_STAGES", 0, "0", "3", "-1", "two");
   REFUSED("sm_90a", "SPARKINFER_MHC_STAGES", 0, "1", "5", "-2", "x", "2.5");
@@ -410,7 +406,7 @@ Test(mhc_ops, knobs_are_read_at_plan_time_only) {
   setenv("SPARKINFER_MHC_SCALAR_MAX_T", "", 1);
   sk_plan *p = must_select(caps_of(256, 32, SK_MHC_NORM_NONE), "sm_120a", 0);
   cr_expect_eq(state_of(p)->scalar_max_t, 16, "an empty value is the default");
-  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) setenv(knobs[i], "junk", 1);
+  for (const char *const *k = sk_mhc_knobs; *k; k++) setenv(*k, "junk", 1);
   sk_binding *b = bind_at(p, "post_pre", 3);
   cr_expect_eq(bound_of(b)->t, 3);
   cr_expect_neq(sk_run(b, NULL), SK_OK, "nothing is loaded for a select-only plan");

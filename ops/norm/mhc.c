@@ -88,6 +88,12 @@ static unsigned partial_smem(int pre, int stages, int fn_smem) {
          (unsigned)fn_smem * (pre ? PRE_FN_TERM_BYTES : POST_PRE_FN_TERM_BYTES);
 }
 
+const char *const sk_mhc_knobs[] = {
+    "SPARKINFER_MHC_PROJECTION_WARPS", "SPARKINFER_MHC_PROJECTION_STAGES", "SPARKINFER_MHC_STAGES",
+    "SPARKINFER_MHC_TOKENS_PER_CTA",   "SPARKINFER_MHC_SCALAR_MAX_T",      "SPARKINFER_MHC_SPLIT_MIN_T",
+    "SPARKINFER_MHC_FN_SMEM_TERMS",    "SPARKINFER_MHC_OWN_SUMS",          "SPARKINFER_MHC_FUSED_DECODE",
+    NULL};
+
 /* The tuning knobs (docs/env.md; read by the selection, never at run). Stage buffers: 2 (the
  * lockstep schedule; the pipelined one with 3-4 was not faster on the H200). fn terms in shared
  * memory: the most, up to 2, that fit the block with the chosen stages (freeing the registers the

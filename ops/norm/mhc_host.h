@@ -63,6 +63,9 @@ typedef struct mhc_bound {
   int split;           /* run_pre's split schedule */
 } mhc_bound;
 
+/* Every tuning override the selection reads (docs/env.md), NULL-terminated. */
+extern const char *const sk_mhc_knobs[];
+
 /* The largest T of the one fused decode launch for a kernel with `ctas_per_sm` resident CTAs on
  * `sm_count` SMs (kernel comment 2c): its waiters, (H/256 + 1) per token, use at most half the
  * CTA slots; capped by the scalar crossover. 0 when ctas_per_sm is 0 (no device). */

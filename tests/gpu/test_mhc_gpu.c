@@ -21,6 +21,7 @@
 #include "gpu_util.h"
 #include "harness/harness.h"
 #include "norm/cases.h"
+#include "norm/mhc_host.h"
 #include "sparkinfer/norm.h"
 
 static char *dir;
@@ -30,15 +31,10 @@ static void teardown(void) {
   free(dir);
 }
 
-static const char *const knobs[] = {
-    "SPARKINFER_MHC_PROJECTION_WARPS", "SPARKINFER_MHC_PROJECTION_STAGES", "SPARKINFER_MHC_STAGES",
-    "SPARKINFER_MHC_TOKENS_PER_CTA",   "SPARKINFER_MHC_SCALAR_MAX_T",      "SPARKINFER_MHC_SPLIT_MIN_T",
-    "SPARKINFER_MHC_FN_SMEM_TERMS",    "SPARKINFER_MHC_OWN_SUMS",          "SPARKINFER_MHC_FUSED_DECODE",
-};
 
 /* Set the knobs of `env` ("NAME=VALUE" pairs, NULL-terminated; NULL: none), every other one unset. */
 static void use_knobs(const char *const *env) {
-  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) unsetenv(knobs[i]);
+  for (const char *const *k = sk_mhc_knobs; *k; k++) unsetenv(*k);
   for (; env && *env; env++) {
     char name[64];
     const char *eq = strchr(*env, '=');
@@ -158,6 +154,16 @@ static void unbind_plan(bound_plan *bp) {
   memset(bp, 0, sizeof *bp);
 }
 
+/* The spec's case, its plan under the knobs `env` and its tensors on the device (inputs from
+ * `seed`); the caller binds the plan (bind_plan) or another one. */
+static sk_plan *open_planned(const skh_mhc_spec *s, const char *const *env, uint64_t seed, dev_case *d) {
+  skh_case c;
+  skh_mhc_case(s, &c);
+  sk_plan *plan = make_plan(&c, env);
+  open_case(s, plan, seed, d);
+  return plan;
+}
+
 static int64_t binding_symbol(const sk_binding *b, const char *name) {
   int64_t v = -1;
   SK_OK_OR_FAIL(sk_binding_symbol(b, name, &v));
@@ -168,11 +174,7 @@ static int64_t binding_symbol(const sk_binding *b, const char *name) {
 static void check_against_reference(const skh_mhc_spec *s, const char *const *env, uint64_t seed, cudaStream_t st) {
   dev_case d;
   bound_plan bp;
-  skh_case c;
-  skh_mhc_case(s, &c);
-  sk_plan *plan = make_plan(&c, env);
-  open_case(s, plan, seed, &d);
-  bind_plan(&d, plan, &bp);
+  bind_plan(&d, open_planned(s, env, seed, &d), &bp);
   uint8_t *out = run_binding(&d, bp.b, st), *at = out;
   for (size_t i = 0; i < d.n; i++)
     if (d.t[i].present && d.t[i].role != SK_TENSOR_IN) {
@@ -243,11 +245,7 @@ static void variants_are_identical(const skh_mhc_spec *s, const char *const *con
                                    cudaStream_t st) {
   dev_case d;
   bound_plan base;
-  skh_case c;
-  skh_mhc_case(s, &c);
-  sk_plan *plan = make_plan(&c, NULL);
-  open_case(s, plan, seed, &d);
-  bind_plan(&d, plan, &base);
+  bind_plan(&d, open_planned(s, NULL, seed, &d), &base);
   uint8_t *want = run_binding(&d, base.b, st);
   /* The default wrote every output: no poison (NaN) left in y. */
   const skh_tensor *y = skh_tensor_named(d.t, d.n, "y");
@@ -357,13 +355,9 @@ Test(gpu_mhc, fused_decode_is_bit_identical_to_two_launches, .init = setup, .fin
         const skh_mhc_spec s = {entries[e], hs[h], ts[t], 0, (sk_mhc_norm_weight)(k % 3), 0, SKH_MHC_EPS_DEFAULT,
                                 (skh_mhc_data)(k % 3), SKH_GPU};
         dev_case d;
-        skh_case c;
-        skh_mhc_case(&s, &c);
-        sk_plan *plan = make_plan(&c, NULL);
-        open_case(&s, plan, seed + k, &d);
         bound_plan fused, two;
-        bind_plan(&d, plan, &fused);
-        bind_plan(&d, make_plan(&c, KNOBS("SPARKINFER_MHC_FUSED_DECODE=0")), &two);
+        bind_plan(&d, open_planned(&s, NULL, seed + k, &d), &fused);
+        bind_plan(&d, make_plan(&d.c, KNOBS("SPARKINFER_MHC_FUSED_DECODE=0")), &two);
         cr_expect_eq(binding_symbol(two.b, "FUSED"), 0, "%s: SPARKINFER_MHC_FUSED_DECODE=0 still fuses", d.c.name);
         if (!binding_symbol(fused.b, "FUSED")) {
           fprintf(stderr, "note: %s does not fuse on this GPU (CTA slots)\n", d.c.name);
@@ -408,17 +402,14 @@ Test(gpu_mhc, fused_decode_refuses_counters_not_at_zero, .init = setup, .fini = 
   const uint64_t seed = skref_test_seed("gpu mhc counters");
   const skh_mhc_spec s = {"post_pre", 2048, 4, 0, SK_MHC_NORM_BF16, 0, SKH_MHC_EPS_DEFAULT, SKH_MHC_DATA_MAIN, SKH_GPU};
   dev_case d;
-  skh_case c;
-  skh_mhc_case(&s, &c);
-  sk_plan *plan = make_plan(&c, NULL);
-  open_case(&s, plan, seed, &d);
+  sk_plan *plan = open_planned(&s, NULL, seed, &d);
   sk_scratch_spec spec;
   SK_OK_OR_FAIL(sk_plan_scratch_spec(plan, &spec));
   void *scratch = gpu_filled(spec.bytes, 0x5a);
   sk_binding *b;
-  SK_OK_OR_FAIL(sk_binding_create(plan, c.entry, &b));
+  SK_OK_OR_FAIL(sk_binding_create(plan, d.c.entry, &b));
   SK_OK_OR_FAIL(sk_bind(b, d.ptrs, d.n, scratch, spec.bytes));
-  if (!binding_symbol(b, "FUSED")) cr_skip_test("%s does not fuse on this GPU", c.name);
+  if (!binding_symbol(b, "FUSED")) cr_skip_test("%s does not fuse on this GPU", d.c.name);
   const sk_status rs = sk_run(b, NULL);
   const cudaError_t e = rs == SK_OK ? cudaDeviceSynchronize() : cudaSuccess;
   cr_assert(rs != SK_OK || e != cudaSuccess, "a fused launch on counters not at zero completed (run %s, sync %s)",
