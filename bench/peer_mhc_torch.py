@@ -64,7 +64,7 @@ def run_post_pre(x, residual, prev_post, prev_comb, fn, hc_scale, hc_base, weigh
     return residual_out, post, comb, y
 
 
-class RefConfig(ctypes.Structure):  # skref_mhc_config (tests/ref/mhc.h)
+class RefConfig(ctypes.Structure):  # skref_mhc_config (ops/norm/ref_mhc.h)
     _fields_ = [("hidden", ctypes.c_int), ("rms_eps", ctypes.c_float), ("hc_eps", ctypes.c_float),
                 ("sinkhorn_iters", ctypes.c_int), ("hc_scale", ctypes.c_void_p), ("hc_base", ctypes.c_void_p),
                 ("norm_kind", ctypes.c_int), ("norm_weight", ctypes.c_void_p), ("norm_eps", ctypes.c_float)]
@@ -72,7 +72,7 @@ class RefConfig(ctypes.Structure):  # skref_mhc_config (tests/ref/mhc.h)
 
 def check_against_reference(lib_path):
     """The peer must compute norm.mhc's function: compare it (fp32, CPU) with the library's double
-    reference (tests/ref/mhc.c, built as build/lib/libskref_mhc.so) on fresh random inputs."""
+    reference (ops/norm/ref_mhc.c, built as build/lib/libskref_mhc.so) on fresh random inputs."""
     ref = ctypes.CDLL(lib_path)
     t, h = 5, 512
     x = torch.randn(t, h, dtype=torch.bfloat16)
@@ -106,7 +106,7 @@ def check_against_reference(lib_path):
     ref.skref_mhc_pre(ctypes.byref(cfg), t, ptr(x), ptr(fn_pre), ptr(res_r), ptr(post_r), ptr(comb_r), ptr(y_r), None)
     ok = compare("pre", *run_pre(x, fn_pre, hc_scale, hc_base, weight)) and ok
     for name, (r, p, c, y) in worst.items():
-        print(f"peer check vs tests/ref/mhc.c, {name}: residual_out max {r} ulp, post rel {p:.2e}, comb rel {c:.2e}, "
+        print(f"peer check vs ops/norm/ref_mhc.c, {name}: residual_out max {r} ulp, post rel {p:.2e}, comb rel {c:.2e}, "
               f"y rel {y:.2e}: {'ok' if ok else 'MISMATCH'}")
     return ok
 

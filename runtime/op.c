@@ -372,7 +372,7 @@ sk_status sk_tune_int(const char *var, int64_t def, int64_t lo, int64_t hi, int6
   if (!v) return SK_OK;
   char *end;
   errno = 0;
-  const long long x = strtoll(v, &end, 0);
+  const long long x = strtoll(v, &end, 10); /* decimal: "010" is ten, not eight */
   if (errno || end == v || *end || x < lo || x > hi)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s=%.64s: expected a whole number in [%lld, %lld]", var, v,
                         (long long)lo, (long long)hi);
@@ -896,8 +896,8 @@ static sk_status bind_all(sk_binding *b, const DLTensor *const *tensors, size_t 
       for (size_t i = 0; i < n && !who; i++)
         for (int d = 0; tensors[i] && d < ndims[i]; d++)
           if (span_is(&dims[i][d], sr->name)) who = &en->tensors[i];
-      return sk_bind_error(b, "%s%s%s = %lld must be in [%s, %s] = [%lld, %lld] for this plan", who ? "tensor " : "",
-                           who ? who->name : "", who ? ": its dim" : sr->name, (long long)v->value, sr->lo, sr->hi,
+      return sk_bind_error(b, "%s%s%s%s = %lld must be in [%s, %s] = [%lld, %lld] for this plan", who ? "tensor " : "",
+                           who ? who->name : "", who ? ": its dim " : "", sr->name, (long long)v->value, sr->lo, sr->hi,
                            (long long)lo, (long long)hi);
     }
   }
@@ -934,8 +934,8 @@ SK_API sk_status sk_run(const sk_binding *b, void *stream) {
   if (SK_UNLIKELY(!b->bound))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s run: the binding is not bound (sk_bind failed or was not called)",
                         b->plan->def->info.name);
-  if (SK_UNLIKELY(b->plan->offline)) /* op.h: an offline plan's run reports that nothing is loaded */
-    return sk_set_error(SK_ERR_NO_DEVICE, "%s run: the plan is offline (its kernels were compiled for %s without a GPU)",
+  if (SK_UNLIKELY(b->plan->offline))
+    return sk_set_error(SK_ERR_NO_DEVICE, "%s run: the plan is offline (made for %s without a GPU): nothing is loaded",
                         b->plan->def->info.name, b->plan->arch);
   return b->plan->def->run(b, stream);
 }

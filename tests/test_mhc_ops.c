@@ -1,7 +1,20 @@
-/* norm.mhc host side without a GPU: caps validation, an offline plan (explicit arch), bind
- * validation of every entry point, scratch size, manifest caps. Device pointers are fake. */
+/* norm.mhc's host side without a GPU, what the harness's generic CPU suite (tests/test_ops.c)
+ * does not check: the selection as a pure function of caps, tuning overrides and the arch table's
+ * properties (runtime/arch.c) - the per-arch tuning rows (sm_90: measured on the H200; sm_100,
+ * sm_120 (RTX 5090 / RTX PRO 6000: 99 KiB a block, 170 / 188 SMs), sm_121 (DGX Spark: 48 SMs) and
+ * archs the table lacks: derived), every SPARKINFER_MHC_* knob (its default per arch, malformed and
+ * out-of-range values refused naming it, shapes a block's shared memory cannot hold refused),
+ * which kernels a plan resolves for its T range, the fused decode slot rule; bind's launch
+ * geometry against its models (groups per partial CTA, tokens per projection CTA, hidden per
+ * finalize CTA, the FUSED / SPLIT symbols); caps validation, the scratch size, an offline plan,
+ * and sk-warm's norm.mhc manifest entries. Plans come from sk_plan_select_only (runtime/op.h)
+ * with a device of the arch table; device pointers are fake. */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
 
+#include "norm/mhc_host.h"
+#include "op.h"
 #include "sparkinfer/norm.h"
 #include "testutil.h"
 
@@ -10,414 +23,677 @@ static void setup(void) {
   dir = tu_tempdir("mhcops");
   setenv("SPARKINFER_CACHE_DIR", dir, 1);
 }
-static void teardown(void) { tu_rmrf(dir); free(dir); }
+static void teardown(void) {
+  tu_rmrf(dir);
+  free(dir);
+}
 
-#define BF ((DLDataType){kDLBfloat, 16, 1})
-#define F32 ((DLDataType){kDLFloat, 32, 1})
+/* Every test starts from the defaults (a knob left set by a failed assertion must not leak). */
+static void clear_knobs(void) {
+  for (const char *const *k = sk_mhc_knobs; *k; k++) unsetenv(*k);
+}
+
+static sk_mhc_caps caps_of(int64_t hidden, int64_t max_tokens, sk_mhc_norm_weight w) {
+  sk_mhc_caps c = SK_MHC_CAPS_INIT;
+  c.hidden = hidden;
+  c.max_tokens = max_tokens;
+  c.norm_weight = w;
+  return c;
+}
+
+/* Device `device` of the arch table for `arch`. */
+static sk_arch_props props_of(const char *arch, size_t device) {
+  sk_arch_props devs[8];
+  const size_t n = sk_arch_table_devices(arch, devs, 8);
+  cr_assert_lt(device, n, "%s has %zu devices in the arch table", arch, n);
+  return devs[device];
+}
+
+/* The selection alone (no compile, no GPU) for `caps` on device `device` of `arch`. */
+static sk_status select_plan(sk_mhc_caps caps, const char *arch, size_t device, sk_plan **p) {
+  const sk_arch_props props = props_of(arch, device);
+  caps.arch = arch;
+  return sk_plan_select_only(sk_find_op("norm.mhc"), &caps, &props, p);
+}
+
+static sk_plan *must_select(sk_mhc_caps caps, const char *arch, size_t device) {
+  sk_plan *p = NULL;
+  const sk_status s = select_plan(caps, arch, device, &p);
+  cr_assert_eq(s, SK_OK, "%s H=%lld: %s", arch, (long long)caps.hidden, sk_last_error_message());
+  return p;
+}
+
+static const mhc_state *state_of(const sk_plan *p) { return SK_PLAN_STATE(p, mhc_state); }
+static const char *kernel_name(const sk_plan *p, int slot) { return p->requests[slot].name; }
+
+/* ---- fake bindings ----------------------------------------------------------------------------- */
+
+/* Views of entry `entry` for T tokens at fake 4 KiB-aligned device addresses, shapes from the
+ * plan's table (sk_plan_tensor_info), absent where the plan takes no tensor. */
+typedef struct fake_bind {
+  DLTensor dl[16];
+  const DLTensor *ptrs[16];
+  int64_t shapes[16][4];
+  size_t n;
+  void *scratch;
+  size_t scratch_bytes;
+} fake_bind;
+
+static void fake_views(const sk_plan *p, const char *entry, int64_t t, fake_bind *f) {
+  memset(f, 0, sizeof *f);
+  cr_assert_eq(sk_plan_tensor_count(p, entry, &f->n), SK_OK);
+  sk_symbol syms[SK_MAX_SYMBOLS];
+  int nsyms = p->num_symbols;
+  memcpy(syms, p->symbols, sizeof(sk_symbol) * (size_t)nsyms);
+  snprintf(syms[nsyms].name, sizeof syms[nsyms].name, "T");
+  syms[nsyms++].value = t;
+  uintptr_t addr = (uintptr_t)1 << 40;
+  for (size_t i = 0; i < f->n; i++) {
+    sk_tensor_info info;
+    cr_assert_eq(sk_plan_tensor_info(p, entry, i, &info), SK_OK);
+    int nd = 0;
+    cr_assert_eq(sk_shape_dims(info.shape, syms, nsyms, f->shapes[i], 4, &nd), SK_OK, "%s", info.shape);
+    const DLDataType dt = !strncmp(info.dtypes, "bfloat16", 8) ? (DLDataType){kDLBfloat, 16, 1} : (DLDataType){kDLFloat, 32, 1};
+    f->dl[i] = tu_fake_device_tensor(addr, dt, nd, f->shapes[i]);
+    f->ptrs[i] = info.presence == SK_TENSOR_UNUSED ? NULL : &f->dl[i];
+    addr += (uintptr_t)1 << 32;
+  }
+  sk_scratch_spec spec;
+  cr_assert_eq(sk_plan_scratch_spec(p, &spec), SK_OK);
+  f->scratch = (void *)addr;
+  f->scratch_bytes = spec.bytes;
+}
+
+/* Bind entry `entry` of `p` at T tokens (must succeed) into *b (created here). */
+static sk_binding *bind_at(const sk_plan *p, const char *entry, int64_t t) {
+  fake_bind f;
+  fake_views(p, entry, t, &f);
+  sk_binding *b = NULL;
+  cr_assert_eq(sk_binding_create(p, entry, &b), SK_OK, "%s", sk_last_error_message());
+  const sk_status s = sk_bind(b, f.ptrs, f.n, f.scratch, f.scratch_bytes);
+  cr_assert_eq(s, SK_OK, "%s T=%lld: %s", entry, (long long)t, sk_last_error_message());
+  return b;
+}
+
+static const mhc_bound *bound_of(const sk_binding *b) { return SK_BINDING_STATE(b, mhc_bound); }
+
+static int64_t symbol(const sk_binding *b, const char *name) {
+  int64_t v = -1;
+  cr_assert_eq(sk_binding_symbol(b, name, &v), SK_OK, "symbol %s: %s", name, sk_last_error_message());
+  return v;
+}
+
+/* ---- caps, scratch, an offline plan ---------------------------------------------------------- */
 
 Test(mhc_ops, caps_are_validated) {
-  sk_mhc_plan *p;
-  sk_mhc_caps c = {4096, 64, SK_MHC_NORM_BF16, 20, 1e-6f, 1e-6f, 1e-6f, "sm_120a"};
-  sk_mhc_caps bad = c;
-  bad.hidden = 4000;
-  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "multiple of 256"), "%s", sk_last_error_message());
-  bad = c; bad.max_tokens = 0;
-  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
-  bad = c; bad.sinkhorn_iters = 0;
-  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
-  bad = c; bad.rms_eps = -1;
-  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
-  bad = c; bad.norm_eps = 0;
-  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT, "a fused norm needs norm_eps > 0");
-  bad = c; bad.norm_weight = (sk_mhc_norm_weight)5;
-  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_INVALID_ARGUMENT);
-  bad = c; bad.arch = "sm_75";
-  cr_assert_eq(sk_mhc_plan_create(&bad, &p), SK_ERR_UNSUPPORTED);
-  cr_assert_eq(sk_mhc_plan_create(NULL, &p), SK_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(sk_mhc_is_supported("sm_121a"), 1);
-}
-
-Test(mhc_ops, offline_plan_binds_every_entry_point_and_rejects_bad_tensors, .init = setup, .fini = teardown) {
-  const int64_t h = 2048, tmax = 32, t = 5;
-  sk_mhc_caps c = {h, tmax, SK_MHC_NORM_FP32, 20, 1e-6f, 1e-6f, 1e-6f, "sm_120a"};
-  sk_mhc_plan *p;
-  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
-  sk_scratch_spec spec;
-  cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
-  /* The partial rows, then (from the next 1024-byte boundary) one u32 counter per token, + slack. */
-  cr_assert_eq(spec.bytes, (size_t)(((tmax * (h / 256) * 144 + 1023) & ~1023) + tmax * 4 + 768));
-  cr_assert_eq(spec.zero_once, 1, "the fused decode kernels' arrival counters live in the scratch");
-  int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfn[2] = {24, 4 * h}, sfnp[2] = {24, h},
-          s3[1] = {3}, s24[1] = {24}, sw[1] = {h};
-  DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), res = tu_fake_device_tensor(0x200000, BF, 3, sr), pp = tu_fake_device_tensor(0x300000, F32, 2, sp),
-           pc = tu_fake_device_tensor(0x310000, F32, 3, sc), fn = tu_fake_device_tensor(0x400000, F32, 2, sfn), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
-           hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24), w = tu_fake_device_tensor(0x620000, F32, 1, sw),
-           ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx), po = tu_fake_device_tensor(0x900000, F32, 2, sp),
-           co = tu_fake_device_tensor(0x910000, F32, 3, sc);
-  void *scratch = (void *)0xa00000;
-  sk_binding b;
-  cr_assert_eq(sk_mhc_bind_post(p, &x, &res, &pp, &pc, &ro, &b), SK_OK, "%s", sk_last_error_message());
-  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes, &b), SK_OK, "%s",
-               sk_last_error_message());
-  cr_assert_eq(sk_mhc_bind_post_pre(p, &x, &res, &pp, &pc, &fn, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes, &b),
-               SK_OK, "%s", sk_last_error_message());
-  /* Wrong tensors: each refused with a message naming it. */
-  DLTensor bad = fn;
-  int64_t fn_bad[2] = {24, h};
-  bad.shape = fn_bad;
-  cr_assert_eq(sk_mhc_bind_post_pre(p, &x, &res, &pp, &pc, &bad, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes, &b),
-               SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "fn"), "%s", sk_last_error_message());
-  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, scratch, spec.bytes, &b),
-               SK_ERR_INVALID_ARGUMENT, "the plan fuses a norm weight");
-  DLTensor wb = w;
-  wb.dtype = BF;
-  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, &wb, &ro, &y, &po, &co, scratch, spec.bytes, &b),
-               SK_ERR_INVALID_ARGUMENT, "norm weight dtype is fp32 in this plan");
-  int64_t too_many[2] = {tmax + 1, h};
-  DLTensor xbig = x;
-  xbig.shape = too_many;
-  cr_assert_eq(sk_mhc_bind_post(p, &xbig, &res, &pp, &pc, &ro, &b), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "max_tokens"), "%s", sk_last_error_message());
-  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, &w, &ro, &y, &po, &co, scratch, spec.bytes - 1, &b),
-               SK_ERR_INVALID_ARGUMENT, "scratch too small");
-  DLTensor xmis = x;
-  xmis.byte_offset = 8;
-  cr_assert_eq(sk_mhc_bind_post(p, &xmis, &res, &pp, &pc, &ro, &b), SK_ERR_INVALID_ARGUMENT, "16-byte alignment");
-  cr_assert_neq(sk_mhc_run(p, &b, NULL), SK_OK, "no kernel is loaded without a GPU");
-  sk_mhc_plan_destroy(p);
-}
-
-Test(mhc_ops, sk_warm_builds_mhc_entries_and_rejects_bad_caps, .init = setup, .fini = teardown) {
-  char m[600], cache[700], warm[512];
-  snprintf(m, sizeof m, "%s/m.json", dir);
-  snprintf(cache, sizeof cache, "%s/c", dir);
-  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
-  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":["
-                   "{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1280,\"max_tokens\":16,\"norm_weight\":\"bf16\"}}]}");
-  char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
-  char *out = NULL;
-  cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
-  cr_assert_eq(tu_json_num(out, "kernels"), 10,
-               "any multiple of 256 (here 1280) compiles, all three partial variants and the fused decode kernels: %s", out);
-  free(out);
-  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1000}}]}");
-  char *argv2[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--quiet", NULL};
-  cr_assert_eq(tu_run(argv2, NULL, NULL), 2);
-}
-
-/* Binds run_pre of an offline plan (no norm weight) on fake device tensors of T tokens. */
-/* Every value in bad[] of the plan-time knob `knob` makes sk_mhc_plan_create fail with
- * SK_ERR_INVALID_ARGUMENT and a message naming the knob; the knob is unset afterwards. */
-static void assert_knob_rejected(const sk_mhc_caps *c, const char *knob, const char *const *bad, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    sk_mhc_plan *p = NULL;
-    setenv(knob, bad[i], 1);
-    cr_assert_eq(sk_mhc_plan_create(c, &p), SK_ERR_INVALID_ARGUMENT, "%s=%s accepted", knob, bad[i]);
-    cr_assert_null(p, "a failed plan_create leaves *out NULL");
-    cr_assert(strstr(sk_last_error_message(), knob), "%s", sk_last_error_message());
-  }
-  unsetenv(knob);
-}
-
-/* sk_mhc_plan_create for caps c on `arch` with SPARKINFER_MHC_STAGES=stages and `knob` = value
- * (NULL: unset), as the shared-memory knob tests need; both variables stay set for the caller. */
-static sk_status plan_with_stages_and_knob(const sk_mhc_caps *c, const char *arch, const char *stages, const char *knob,
-                                           const char *value, sk_mhc_plan **p) {
-  setenv("SPARKINFER_MHC_STAGES", stages, 1);
-  if (value) setenv(knob, value, 1);
-  else unsetenv(knob);
-  sk_mhc_caps ci = *c;
-  ci.arch = arch;
-  return sk_mhc_plan_create(&ci, p);
-}
-
-static void bind_pre_offline(const sk_mhc_plan *p, int64_t t, int64_t h, sk_binding *b) {
-  sk_scratch_spec spec;
-  cr_assert_eq(sk_mhc_scratch_spec(p, &spec), SK_OK);
-  int64_t sx[2] = {t, h}, sr[3] = {t, 4, h}, sp[2] = {t, 4}, sc[3] = {t, 4, 4}, sfnp[2] = {24, h}, s3[1] = {3},
-          s24[1] = {24};
-  DLTensor x = tu_fake_device_tensor(0x100000, BF, 2, sx), fnp = tu_fake_device_tensor(0x500000, F32, 2, sfnp),
-           hs = tu_fake_device_tensor(0x600000, F32, 1, s3), hb = tu_fake_device_tensor(0x610000, F32, 1, s24),
-           ro = tu_fake_device_tensor(0x700000, BF, 3, sr), y = tu_fake_device_tensor(0x800000, BF, 2, sx),
-           po = tu_fake_device_tensor(0x900000, F32, 2, sp), co = tu_fake_device_tensor(0x910000, F32, 3, sc);
-  cr_assert_eq(sk_mhc_bind_pre(p, &x, &fnp, &hs, &hb, NULL, &ro, &y, &po, &co, (void *)0xa00000, spec.bytes, b), SK_OK,
-               "%s", sk_last_error_message());
-}
-
-/* SPARKINFER_MHC_SCALAR_MAX_T (the T up to which pre / post_pre take the scalar partial kernels)
- * is validated and read when the plan is made: a bad value set after plan_create changes nothing. */
-Test(mhc_ops, scalar_crossover_env_is_validated_at_plan_time, .init = setup, .fini = teardown) {
-  const int64_t h = 256, t = 3;
-  sk_mhc_caps c = {h, 32, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_120a"};
-  sk_mhc_plan *p;
-  static const char *const bad[] = {"-1", "abc", "8x", "4294967296"};
-  assert_knob_rejected(&c, "SPARKINFER_MHC_SCALAR_MAX_T", bad, sizeof bad / sizeof bad[0]);
-  /* 0 (tensor cores for every T), the default, and a crossover above max_tokens (scalar only). */
-  static const char *const good[] = {"0", "", "8", "1K"};
-  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-    setenv("SPARKINFER_MHC_SCALAR_MAX_T", good[i], 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", good[i], sk_last_error_message());
-    setenv("SPARKINFER_MHC_SCALAR_MAX_T", "junk", 1); /* not read again by bind or run */
-    sk_binding b;
-    bind_pre_offline(p, t, h, &b);
-    cr_assert_neq(sk_mhc_run(p, &b, NULL), SK_OK, "no kernel is loaded without a GPU");
-    cr_assert_null(strstr(sk_last_error_message(), "SPARKINFER_MHC_SCALAR_MAX_T"), "%s", sk_last_error_message());
-    sk_mhc_plan_destroy(p);
-  }
-  unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
-}
-
-/* SPARKINFER_MHC_FUSED_DECODE (one launch for T <= the crossover) is validated at plan time. An
- * offline plan (no GPU: no CTA slots to count) binds the two-launch decode path (dim[5] = 0). */
-Test(mhc_ops, fused_decode_env_is_validated_and_offline_plans_do_not_fuse, .init = setup, .fini = teardown) {
-  const int64_t h = 256, t = 1;
-  sk_mhc_caps c = {h, 8, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
-  sk_mhc_plan *p;
-  setenv("SPARKINFER_MHC_FUSED_DECODE", "maybe", 1);
-  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_FUSED_DECODE"), "%s", sk_last_error_message());
-  static const char *const good[] = {"0", "1", ""};
-  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-    setenv("SPARKINFER_MHC_FUSED_DECODE", good[i], 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", good[i], sk_last_error_message());
-    sk_binding b;
-    bind_pre_offline(p, t, h, &b);
-    cr_assert_eq(b.dim[5], 0, "an offline plan has no CTA slots to fuse into");
-    sk_mhc_plan_destroy(p);
-  }
-  unsetenv("SPARKINFER_MHC_FUSED_DECODE");
-}
-
-/* SPARKINFER_MHC_SPLIT_MIN_T (the smallest T that takes the split schedule: projection-only
- * partial kernel) is validated at plan time, and bind picks the split for T >= it, never for a T
- * the scalar partials take, and never with 0. */
-Test(mhc_ops, split_schedule_env_is_validated_and_chosen_by_tokens, .init = setup, .fini = teardown) {
-  const int64_t h = 256;
-  sk_mhc_caps c = {h, 4096, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
-  sk_mhc_plan *p;
-  static const char *const bad[] = {"-1", "many", "4294967296"};
-  assert_knob_rejected(&c, "SPARKINFER_MHC_SPLIT_MIN_T", bad, sizeof bad / sizeof bad[0]);
-  /* {knob, T, expected dim[6]}; the scalar crossover set to 8 (its default for H > 4096). */
-  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "8", 1);
-  static const struct { const char *knob; int64_t t; int64_t split; } cases[] = {
-      {"0", 4096, 0}, {"0", 9, 0}, {"1", 8, 0}, {"1", 9, 1}, {"100", 99, 0}, {"100", 100, 1}, {"100", 4096, 1},
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    setenv("SPARKINFER_MHC_SPLIT_MIN_T", cases[i].knob, 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "'%s': %s", cases[i].knob, sk_last_error_message());
-    sk_binding b;
-    bind_pre_offline(p, cases[i].t, h, &b);
-    cr_assert_eq(b.dim[6], cases[i].split, "SPARKINFER_MHC_SPLIT_MIN_T=%s T=%lld", cases[i].knob, (long long)cases[i].t);
-    /* Work per CTA: tokens, whole rounds of the projection kernel's 4 warps (sm_90a), at most 16,
-     * when split; else groups of the tensor-core partial (partial_ranges_fill_one_wave). */
-    if (b.dim[6])
-      cr_assert(b.dim[3] >= 64 && b.dim[3] <= 16 * 64 && b.dim[3] % 64 == 0, "T=%lld: %lld tokens per CTA",
-                (long long)cases[i].t, (long long)b.dim[3]);
-    else
-      cr_assert_geq(b.dim[3], 1, "T=%lld: %lld groups per CTA", (long long)cases[i].t, (long long)b.dim[3]);
-    sk_mhc_plan_destroy(p);
-  }
-  unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
-  unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
-  /* The default scalar crossover for H <= 4096 is 16: with the split from T = 1, T = 16 still takes
-   * the scalar partials, T = 17 the split schedule. */
-  setenv("SPARKINFER_MHC_SPLIT_MIN_T", "1", 1);
-  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
-  unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
-  sk_binding bs;
-  bind_pre_offline(p, 16, h, &bs);
-  cr_assert_eq(bs.dim[6], 0, "H = 256, T = 16: scalar partials by default");
-  bind_pre_offline(p, 17, h, &bs);
-  cr_assert_eq(bs.dim[6], 1, "H = 256, T = 17: above the default crossover");
-  sk_mhc_plan_destroy(p);
-  /* The default splits prefill-sized T. */
-  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
-  sk_binding b;
-  bind_pre_offline(p, 4096, h, &b);
-  cr_assert_eq(b.dim[6], 1, "T = 4096 takes the split schedule by default");
-  sk_mhc_plan_destroy(p);
-}
-
-/* The tensor-core partial kernels take the tile-major items (tile, group of 16 tokens) in ranges
- * of groups_per_cta (binding dim[3]): the model's ranges fill at most one wave of the resident
- * CTA slots (offline: 128 SMs x 4 pre CTAs), at most 2 groups longer than the balanced range or
- * whole tiles; SPARKINFER_MHC_TOKENS_PER_CTA sets them (16 tokens a group). */
-Test(mhc_ops, partial_ranges_fill_one_wave, .init = setup, .fini = teardown) {
-  setenv("SPARKINFER_MHC_SPLIT_MIN_T", "0", 1);
-  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "0", 1);
-  const int64_t hs[] = {256, 2048, 7168}, ts[] = {1, 17, 130, 1024, 4096, 4133, 8192}, slots = 128 * 4;
-  for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
-    sk_mhc_caps c = {hs[i], 8192, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
-    sk_mhc_plan *p;
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
-    for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) {
-      sk_binding b;
-      bind_pre_offline(p, ts[j], hs[i], &b);
-      const int64_t per_tile = (ts[j] + 15) / 16, items = per_tile * (hs[i] / 256), gpc = b.dim[3],
-                    one_wave = (items + slots - 1) / slots, tiled = (one_wave + per_tile - 1) / per_tile * per_tile;
-      cr_assert(gpc >= one_wave && (gpc <= one_wave + 2 || gpc == tiled),
-                "H=%lld T=%lld: %lld groups per CTA (one wave: %lld, %lld groups a tile)", (long long)hs[i],
-                (long long)ts[j], (long long)gpc, (long long)one_wave, (long long)per_tile);
-      cr_assert_leq((items + gpc - 1) / gpc, slots, "H=%lld T=%lld: more CTAs than slots", (long long)hs[i],
-                    (long long)ts[j]);
-    }
-    sk_mhc_plan_destroy(p);
-  }
-  setenv("SPARKINFER_MHC_TOKENS_PER_CTA", "48", 1);
-  sk_mhc_caps c = {2048, 8192, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
-  sk_mhc_plan *p;
-  cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
-  sk_binding b;
-  bind_pre_offline(p, 4096, 2048, &b);
-  cr_assert_eq(b.dim[3], 3, "SPARKINFER_MHC_TOKENS_PER_CTA=48: 3 groups a CTA, not %lld", (long long)b.dim[3]);
-  sk_mhc_plan_destroy(p);
-  unsetenv("SPARKINFER_MHC_TOKENS_PER_CTA");
-  unsetenv("SPARKINFER_MHC_SCALAR_MAX_T");
-  unsetenv("SPARKINFER_MHC_SPLIT_MIN_T");
-}
-
-/* SPARKINFER_MHC_PROJECTION_WARPS / _STAGES (the projection kernel's shape) are validated at plan
- * time, against the target's shared memory per block too (no GPU needed), and bind's tokens per
- * projection CTA are whole rounds of the chosen warps. */
-Test(mhc_ops, projection_shape_env_is_validated, .init = setup, .fini = teardown) {
-  const int64_t h = 256;
-  sk_mhc_caps c = {h, 4096, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
-  sk_mhc_plan *p;
-  static const struct { const char *knob, *value; } bad[] = {
-      {"SPARKINFER_MHC_PROJECTION_WARPS", "0"}, {"SPARKINFER_MHC_PROJECTION_WARPS", "9"},
-      {"SPARKINFER_MHC_PROJECTION_WARPS", "four"}, {"SPARKINFER_MHC_PROJECTION_STAGES", "0"},
-      {"SPARKINFER_MHC_PROJECTION_STAGES", "3"}, {"SPARKINFER_MHC_PROJECTION_STAGES", "-1"},
+  const sk_mhc_caps c = caps_of(4096, 64, SK_MHC_NORM_BF16);
+  static const struct {
+    const char *what, *message;
+  } bad[] = {
+      {"hidden 4000", "multiple of 256"}, {"max_tokens 0", "max_tokens"}, {"sinkhorn_iters 0", "sinkhorn_iters"},
+      {"rms_eps -1", "rms_eps"},          {"norm_eps 0 with a weight", "norm_eps"},
+      {"norm_weight 5", "norm_weight"},   {"hc_eps -1", "hc_eps"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv(bad[i].knob, bad[i].value, 1);
-    cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_ERR_INVALID_ARGUMENT, "%s=%s accepted", bad[i].knob, bad[i].value);
-    cr_assert(strstr(sk_last_error_message(), bad[i].knob), "%s", sk_last_error_message());
-    unsetenv(bad[i].knob);
+    sk_mhc_caps b = c;
+    switch (i) {
+    case 0: b.hidden = 4000; break;
+    case 1: b.max_tokens = 0; break;
+    case 2: b.sinkhorn_iters = 0; break;
+    case 3: b.rms_eps = -1; break;
+    case 4: b.norm_eps = 0; break;
+    case 5: b.norm_weight = (sk_mhc_norm_weight)5; break;
+    default: b.hc_eps = -1; break;
+    }
+    sk_plan *p = (sk_plan *)1;
+    cr_expect_eq(select_plan(b, "sm_120a", 0, &p), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i].what);
+    cr_expect_null(p, "a failed plan leaves *plan NULL");
+    cr_expect(strstr(sk_last_error_message(), bad[i].message), "%s: %s", bad[i].what, sk_last_error_message());
   }
-  /* 8 warps x 2 buffers = 168 KiB: an sm_90a block can have it, an sm_120a block cannot. */
-  setenv("SPARKINFER_MHC_PROJECTION_WARPS", "8", 1);
-  setenv("SPARKINFER_MHC_PROJECTION_STAGES", "2", 1);
+  sk_mhc_caps no_weight = c;
+  no_weight.norm_weight = SK_MHC_NORM_NONE;
+  no_weight.norm_eps = 0; /* not used without a weight */
+  sk_plan *p;
+  cr_expect_eq(select_plan(no_weight, "sm_120a", 0, &p), SK_OK, "%s", sk_last_error_message());
+  sk_plan_destroy(p);
+  sk_mhc_caps old = c;
+  old.arch = "sm_75";
+  cr_expect_eq(sk_mhc_plan_create(&old, &p), SK_ERR_UNSUPPORTED);
+  cr_expect_eq(sk_mhc_plan_create(NULL, &p), SK_ERR_INVALID_ARGUMENT);
+  int supported = 0;
+  cr_expect_eq(sk_op_is_supported("norm.mhc", "sm_121a", &supported), SK_OK);
+  cr_expect_eq(supported, 1);
+}
+
+/* One scratch for the plan (every entry binds it): the partial rows, then from the next 1024-byte
+ * boundary one u32 arrival counter per token, + the slack bind needs to align the views; zeroed
+ * once (the fused decode kernels' counters). */
+Test(mhc_ops, scratch_holds_partials_then_counters) {
+  const int64_t hs[] = {256, 1280, 7168}, ts[] = {1, 32, 4133};
+  for (size_t i = 0; i < 3; i++)
+    for (size_t j = 0; j < 3; j++) {
+      sk_plan *p = must_select(caps_of(hs[i], ts[j], SK_MHC_NORM_NONE), "sm_90a", 0);
+      sk_scratch_spec spec;
+      cr_assert_eq(sk_plan_scratch_spec(p, &spec), SK_OK);
+      const size_t partials = (size_t)ts[j] * (size_t)(hs[i] / 256) * 144;
+      cr_expect_eq(spec.bytes, ((partials + 1023) & ~(size_t)1023) + (size_t)ts[j] * 4 + 768, "H=%lld T=%lld: %zu",
+                   (long long)hs[i], (long long)ts[j], spec.bytes);
+      cr_expect_eq(spec.alignment, 256);
+      cr_expect_eq(spec.zero_once, 1, "the fused decode kernels' arrival counters live in the scratch");
+      sk_plan_destroy(p);
+    }
+}
+
+/* An offline plan (explicit arch, no GPU): kernels compiled into the cache; bind takes each
+ * entry, refuses the norm weight's other dtype and T past max_tokens; run has nothing loaded. */
+Test(mhc_ops, offline_plan_binds_and_refuses_to_run, .init = setup, .fini = teardown) {
+  clear_knobs();
+  sk_mhc_caps c = caps_of(2048, 32, SK_MHC_NORM_FP32);
+  c.arch = "sm_120a";
+  sk_plan *p;
   cr_assert_eq(sk_mhc_plan_create(&c, &p), SK_OK, "%s", sk_last_error_message());
-  sk_mhc_plan_destroy(p);
-  sk_mhc_caps c120 = c;
-  c120.arch = "sm_120a";
-  cr_assert_eq(sk_mhc_plan_create(&c120, &p), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(sk_last_error_message(), "shared memory"), "%s", sk_last_error_message());
-  /* 8 x 1 (104 KiB) fits sm_90a, not sm_120a (99 KiB); 6 x 1 (88 KiB) and 3 x 2 do. */
-  static const struct { const char *arch, *warps, *stages; sk_status want; int64_t step; } shapes[] = {
-      {"sm_90a", "8", "1", SK_OK, 128}, {"sm_120a", "8", "1", SK_ERR_INVALID_ARGUMENT, 0},
-      {"sm_120a", "6", "1", SK_OK, 96}, {"sm_121a", "3", "2", SK_OK, 48}, {"sm_90a", "1", "1", SK_OK, 16},
+  cr_expect_str_eq(sk_plan_arch(p), "sm_120a");
+  static const char *const entries[] = {"post", "pre", "post_pre"};
+  for (int e = 0; e < 3; e++) {
+    sk_binding *b = bind_at(p, entries[e], 5);
+    const sk_status rs = sk_run(b, NULL);
+    cr_expect(rs == SK_ERR_NO_DEVICE || rs == SK_ERR_NO_DRIVER, "%s: run of an offline plan returned %s", entries[e],
+              sk_status_string(rs));
+    fake_bind f;
+    fake_views(p, entries[e], 5, &f);
+    if (e > 0) { /* the norm weight (index 4 of pre, 7 of post_pre) in bf16: this plan takes fp32 */
+      const size_t w = e == 1 ? 4 : 7;
+      f.dl[w].dtype = (DLDataType){kDLBfloat, 16, 1};
+      cr_expect_eq(sk_bind(b, f.ptrs, f.n, f.scratch, f.scratch_bytes), SK_ERR_INVALID_ARGUMENT);
+      cr_expect(strstr(sk_last_error_message(), "norm_weight") && strstr(sk_last_error_message(), "float32"), "%s",
+                sk_last_error_message());
+    }
+    fake_bind big;
+    fake_views(p, entries[e], 33, &big);
+    cr_expect_eq(sk_bind(b, big.ptrs, big.n, big.scratch, f.scratch_bytes), SK_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(sk_last_error_message(), "T = 33") && strstr(sk_last_error_message(), "MAX_T"), "%s",
+              sk_last_error_message());
+    sk_binding_destroy(b);
+  }
+  sk_plan_destroy(p);
+}
+
+/* ---- the per-arch tuning table ------------------------------------------------------------------
+ * Defaults per arch table device: SM count, projection warps, stage buffers of the partials (| 16:
+ * the lockstep loop with its own sums buffer), fn terms in shared memory, the dynamic shared memory
+ * of the post_pre / pre partials and the projection (pre 16 / 22 KiB and post_pre 82.5 / 106.5 KiB
+ * for 2 stages / 2 with own sums, + 48 KiB a fn term, + 128 B of alignment slack; projection 40 KiB
+ * + warps x 2 x 8 KiB + 128 B), crossovers (scalar partials up to 16 tokens for H <= 4096, 8 above;
+ * run_pre's split from 256), and whether the row was measured. */
+typedef struct arch_row {
+  const char *arch;
+  size_t device;
+  int sms, warps, stages, fn_terms;
+  unsigned post_pre_smem, pre_smem, projection_smem;
+  int measured;
+} arch_row;
+
+static const arch_row arch_rows[] = {
+    {"sm_90a", 0, 132, 4, 2 | OWN_SUMS_FLAG, 2, 207488, 22656, 106624, 1},  /* H200 */
+    {"sm_90a", 1, 132, 4, 2 | OWN_SUMS_FLAG, 2, 207488, 22656, 106624, 1},  /* H100 SXM */
+    {"sm_100a", 0, 148, 4, 2 | OWN_SUMS_FLAG, 2, 207488, 22656, 106624, 0}, /* B200 */
+    {"sm_120a", 0, 170, 3, 2, 0, 84608, 16512, 90240, 0},                   /* RTX 5090 */
+    {"sm_120a", 1, 188, 3, 2, 0, 84608, 16512, 90240, 0},                   /* RTX PRO 6000 */
+    {"sm_121a", 0, 48, 3, 2, 0, 84608, 16512, 90240, 0},                    /* DGX Spark */
+    {"sm_80", 0, 108, 3, 2 | OWN_SUMS_FLAG, 1, 158336, 22656, 90240, 0},    /* A100: 163 KiB a block */
+    {"sm_89", 0, 128, 3, 2, 0, 84608, 16512, 90240, 0},                     /* RTX 4090 */
+    {"sm_103a", 0, 128, 4, 2 | OWN_SUMS_FLAG, 2, 207488, 22656, 106624, 0}, /* not in the table: generic */
+};
+
+Test(mhc_ops, tuning_table_defaults_per_arch) {
+  clear_knobs();
+  for (size_t i = 0; i < sizeof arch_rows / sizeof arch_rows[0]; i++) {
+    const arch_row *r = &arch_rows[i];
+    const sk_arch_props props = props_of(r->arch, r->device);
+    const mhc_tuning t = sk_mhc_tuning_for(&props);
+    cr_expect_eq(!strncmp(t.source, "measured", 8), r->measured, "%s (%s): tuning %s", r->arch, props.device, t.source);
+    for (int64_t h = 256; h <= 8192; h *= 2) {
+      const int64_t hidden = h == 8192 ? 7168 : h;
+      sk_plan *p = must_select(caps_of(hidden, 4096, SK_MHC_NORM_BF16), r->arch, r->device);
+      const mhc_state *st = state_of(p);
+      const char *name = props.device;
+      cr_expect_eq(st->sm_count, r->sms, "%s %s", r->arch, name);
+      cr_expect_eq(st->projection_warps, r->warps, "%s %s", r->arch, name);
+      cr_expect_eq(st->projection_stages, 2, "%s %s", r->arch, name);
+      cr_expect_eq(st->stages, r->stages, "%s %s: stages %d", r->arch, name, st->stages);
+      cr_expect_eq(st->fn_smem_terms, r->fn_terms, "%s %s", r->arch, name);
+      cr_expect_eq(st->tokens_per_cta, 0);
+      cr_expect_eq(st->scalar_max_t, hidden <= 4096 ? 16 : 8, "%s %s H=%lld", r->arch, name, (long long)hidden);
+      cr_expect_eq(st->split_min_t, 256);
+      cr_expect_eq(st->fused_decode, 1);
+      cr_expect_eq(st->fused_max_t[0] + st->fused_max_t[1], 0, "no fused launch without the device's CTA slots");
+      cr_expect_eq(st->dynamic_smem[K_POST_PRE_PARTIAL], r->post_pre_smem, "%s %s: %u", r->arch, name,
+                   st->dynamic_smem[K_POST_PRE_PARTIAL]);
+      cr_expect_eq(st->dynamic_smem[K_PRE_PARTIAL], r->pre_smem, "%s %s: %u", r->arch, name, st->dynamic_smem[K_PRE_PARTIAL]);
+      cr_expect_eq(st->dynamic_smem[K_PRE_PROJECTION], r->projection_smem, "%s %s", r->arch, name);
+      /* The static 5 KiB of the partials included, every launch fits the block. */
+      cr_expect_leq(st->dynamic_smem[K_POST_PRE_PARTIAL] + 5120, props.smem_per_block, "%s %s", r->arch, name);
+      char want[96];
+      snprintf(want, sizeof want, "sk::mhc::post_pre_partial_kernel<%lld, %d>", (long long)hidden, r->fn_terms);
+      cr_expect_str_eq(kernel_name(p, K_POST_PRE_PARTIAL), want);
+      snprintf(want, sizeof want, "sk::mhc::pre_projection_kernel<%lld, %d, 2>", (long long)hidden, r->warps);
+      cr_expect_str_eq(kernel_name(p, K_PRE_PROJECTION), want);
+      snprintf(want, sizeof want, "sk::mhc::post_pre_fused_decode_kernel<%lld, __nv_bfloat16>", (long long)hidden);
+      cr_expect_str_eq(kernel_name(p, K_POST_PRE_FUSED_DECODE), want);
+      sk_plan_destroy(p);
+    }
+  }
+}
+
+/* Kernels a plan resolves: the variants its T range [1, max_tokens] can take, by the crossovers
+ * and the knobs (no scalar kernels with SPARKINFER_MHC_SCALAR_MAX_T=0, no fused ones with
+ * SPARKINFER_MHC_FUSED_DECODE=0, no projection with SPARKINFER_MHC_SPLIT_MIN_T=0, no fused
+ * tensor-core pre partial when the split takes every T above the scalar crossover). */
+Test(mhc_ops, plan_uses_the_kernels_of_its_token_range) {
+  clear_knobs();
+  enum { POST = 1 << K_POST, PP = 1 << K_PRE_PARTIAL, PF = 1 << K_PRE_FINALIZE, QP = 1 << K_POST_PRE_PARTIAL,
+         QF = 1 << K_POST_PRE_FINALIZE, PS = 1 << K_PRE_PARTIAL_SCALAR, QS = 1 << K_POST_PRE_PARTIAL_SCALAR,
+         PD = 1 << K_PRE_FUSED_DECODE, QD = 1 << K_POST_PRE_FUSED_DECODE, PJ = 1 << K_PRE_PROJECTION };
+  enum { ALWAYS = POST | PF | QF, DECODE = PS | QS | PD | QD };
+  static const struct {
+    int64_t h, max_t;
+    const char *knob, *value;
+    unsigned want;
+  } rows[] = {
+      {4096, 1, NULL, NULL, ALWAYS | DECODE},
+      {4096, 16, NULL, NULL, ALWAYS | DECODE},
+      {4096, 17, NULL, NULL, ALWAYS | DECODE | PP | QP},
+      {4096, 255, NULL, NULL, ALWAYS | DECODE | PP | QP},
+      {4096, 256, NULL, NULL, ALWAYS | DECODE | PP | QP | PJ},
+      {7168, 8, NULL, NULL, ALWAYS | DECODE},
+      {7168, 9, NULL, NULL, ALWAYS | DECODE | PP | QP},
+      {4096, 4096, "SPARKINFER_MHC_SCALAR_MAX_T", "0", ALWAYS | PP | QP | PJ},
+      {4096, 16, "SPARKINFER_MHC_SCALAR_MAX_T", "0", ALWAYS | PP | QP},
+      {4096, 4096, "SPARKINFER_MHC_SCALAR_MAX_T", "4096", ALWAYS | DECODE},
+      {4096, 4096, "SPARKINFER_MHC_FUSED_DECODE", "0", ALWAYS | PS | QS | PP | QP | PJ},
+      {4096, 4096, "SPARKINFER_MHC_SPLIT_MIN_T", "0", ALWAYS | DECODE | PP | QP},
+      {4096, 4096, "SPARKINFER_MHC_SPLIT_MIN_T", "17", ALWAYS | DECODE | QP | PJ},
+      {4096, 4096, "SPARKINFER_MHC_SPLIT_MIN_T", "1", ALWAYS | DECODE | QP | PJ},
+      {4096, 100, "SPARKINFER_MHC_SPLIT_MIN_T", "101", ALWAYS | DECODE | PP | QP},
+  };
+  static const char *const archs[] = {"sm_90a", "sm_120a", "sm_121a"};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    for (size_t a = 0; a < 3; a++) {
+      if (rows[i].knob) setenv(rows[i].knob, rows[i].value, 1);
+      sk_plan *p = must_select(caps_of(rows[i].h, rows[i].max_t, SK_MHC_NORM_NONE), archs[a], 0);
+      if (rows[i].knob) unsetenv(rows[i].knob);
+      unsigned got = 0;
+      for (int k = 0; k < K_COUNT; k++) got |= kernel_name(p, k) ? 1u << k : 0;
+      cr_expect_eq(got, rows[i].want, "%s H=%lld max_tokens=%lld %s=%s: kernels 0x%x, want 0x%x", archs[a],
+                   (long long)rows[i].h, (long long)rows[i].max_t, rows[i].knob ? rows[i].knob : "",
+                   rows[i].value ? rows[i].value : "", got, rows[i].want);
+      sk_plan_destroy(p);
+    }
+}
+
+/* The fused decode launch's T range (kernel comment 2c): the waiters, S + 1 per token, within half
+ * the device's CTA slots, capped by the scalar crossover. H200, H = 7168: post_pre takes 10 CTAs
+ * an SM (200 registers), 1320 slots, 29 waiters a token: T <= 22, the crossover 8 binds; DGX Spark
+ * (48 SMs, ~9 CTAs an SM): T <= 7, so T = 8 keeps two launches. */
+Test(mhc_ops, fused_decode_keeps_its_waiters_within_half_the_slots) {
+  cr_expect_eq(sk_mhc_fused_max_t(10, 132, 7168, 8), 8);
+  cr_expect_eq(sk_mhc_fused_max_t(10, 132, 7168, 1000), 22);
+  cr_expect_eq(sk_mhc_fused_max_t(9, 48, 7168, 8), 7);
+  cr_expect_eq(sk_mhc_fused_max_t(9, 48, 256, 16), 16);  /* 216 slots, 2 waiters a token: 108 */
+  cr_expect_eq(sk_mhc_fused_max_t(1, 48, 65536, 16), 0); /* 257 waiters a token: no T fits */
+  cr_expect_eq(sk_mhc_fused_max_t(0, 132, 256, 16), 0);  /* no occupancy figure (offline) */
+  for (int64_t per_sm = 1; per_sm <= 32; per_sm++)
+    for (int64_t h = 256; h <= 16384; h += 1280) {
+      const int64_t t = sk_mhc_fused_max_t(per_sm, 170, h, 1 << 30);
+      cr_expect_leq(t * (h / 256 + 1), per_sm * 170 / 2, "per_sm %lld H %lld: T %lld", (long long)per_sm, (long long)h,
+                    (long long)t);
+      cr_expect_gt((t + 1) * (h / 256 + 1), per_sm * 170 / 2);
+    }
+}
+
+/* ---- the knobs ---------------------------------------------------------------------------------- */
+
+/* Each value of `bad` for `knob` fails the selection on `arch` with SK_ERR_INVALID_ARGUMENT and a
+ * message naming the knob (or, with `smem`, the shared memory it would need). */
+static void expect_refused(const char *arch, const char *knob, const char *const *bad, size_t n, int smem) {
+  for (size_t i = 0; i < n; i++) {
+    setenv(knob, bad[i], 1);
+    sk_plan *p = NULL;
+    const sk_status s = select_plan(caps_of(2048, 4096, SK_MHC_NORM_NONE), arch, 0, &p);
+    unsetenv(knob);
+    cr_expect_eq(s, SK_ERR_INVALID_ARGUMENT, "%s %s=%s accepted", arch, knob, bad[i]);
+    cr_expect_null(p);
+    cr_expect(strstr(sk_last_error_message(), knob), "%s=%s: %s", knob, bad[i], sk_last_error_message());
+    if (smem) cr_expect(strstr(sk_last_error_message(), "shared memory"), "%s", sk_last_error_message());
+    sk_plan_destroy(p);
+  }
+}
+#define REFUSED(arch, knob, smem, ...)                                                            \
+  do {                                                                                            \
+    static const char *const bad_[] = {__VA_ARGS__};                                              \
+    expect_refused(arch, knob, bad_, sizeof bad_ / sizeof bad_[0], smem);                        \
+  } while (0)
+
+Test(mhc_ops, malformed_and_out_of_range_knobs_are_refused_naming_them) {
+  clear_knobs();
+  for (const char *const *k = sk_mhc_knobs; *k; k++) /* the list is what the selection reads */
+    expect_refused("sm_90a", *k, (const char *const[]){"junk"}, 1, 0);
+  REFUSED("sm_90a", "SPARKINFER_MHC_PROJECTION_WARPS", 0, "0", "9", "four", "-1", "4x", "0x4");
+  REFUSED("sm_90a", "SPARKINFER_MHC_PROJECTION_STAGES", 0, "0", "3", "-1", "two");
+  REFUSED("sm_90a", "SPARKINFER_MHC_STAGES", 0, "1", "5", "-2", "x", "2.5");
+  REFUSED("sm_90a", "SPARKINFER_MHC_TOKENS_PER_CTA", 0, "8", "24", "1040", "-16", "abc");
+  REFUSED("sm_90a", "SPARKINFER_MHC_SCALAR_MAX_T", 0, "-1", "abc", "8x", "4294967296", "2147483648", "1K");
+  REFUSED("sm_90a", "SPARKINFER_MHC_SPLIT_MIN_T", 0, "-1", "many", "4294967296");
+  REFUSED("sm_90a", "SPARKINFER_MHC_FN_SMEM_TERMS", 0, "4", "two", "-1");
+  REFUSED("sm_90a", "SPARKINFER_MHC_OWN_SUMS", 0, "2", "maybe", "-1");
+  REFUSED("sm_90a", "SPARKINFER_MHC_FUSED_DECODE", 0, "maybe", "-1", "10");
+  /* Shapes a block of the target cannot hold: 8 projection warps x 2 buffers (168 KiB) on
+   * sm_120's 99 KiB; 3 stages of the post_pre partial (172 KiB); 1 fn term beside 2 stages;
+   * the own sums buffer beside 2 stages (106.5 KiB). */
+  setenv("SPARKINFER_MHC_PROJECTION_STAGES", "2", 1);
+  REFUSED("sm_120a", "SPARKINFER_MHC_PROJECTION_WARPS", 1, "8", "5");
+  unsetenv("SPARKINFER_MHC_PROJECTION_STAGES");
+  REFUSED("sm_121a", "SPARKINFER_MHC_STAGES", 1, "3", "4");
+  REFUSED("sm_120a", "SPARKINFER_MHC_FN_SMEM_TERMS", 1, "1", "2", "3");
+  REFUSED("sm_120a", "SPARKINFER_MHC_OWN_SUMS", 1, "1");
+  REFUSED("sm_90a", "SPARKINFER_MHC_FN_SMEM_TERMS", 1, "3");
+}
+
+/* Knobs are read by the selection, never by bind or run: a bad value set after the plan changes
+ * nothing. An empty value is unset. */
+Test(mhc_ops, knobs_are_read_at_plan_time_only) {
+  clear_knobs();
+  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "", 1);
+  sk_plan *p = must_select(caps_of(256, 32, SK_MHC_NORM_NONE), "sm_120a", 0);
+  cr_expect_eq(state_of(p)->scalar_max_t, 16, "an empty value is the default");
+  for (const char *const *k = sk_mhc_knobs; *k; k++) setenv(*k, "junk", 1);
+  sk_binding *b = bind_at(p, "post_pre", 3);
+  cr_expect_eq(bound_of(b)->t, 3);
+  cr_expect_neq(sk_run(b, NULL), SK_OK, "nothing is loaded for a select-only plan");
+  cr_expect_null(strstr(sk_last_error_message(), "SPARKINFER_MHC"), "%s", sk_last_error_message());
+  clear_knobs();
+  sk_binding_destroy(b);
+  sk_plan_destroy(p);
+}
+
+/* Projection shapes: which fit which block, and bind's tokens per projection CTA are whole
+ * rounds of the chosen warps (16 x warps tokens, 1 to 16 rounds). */
+Test(mhc_ops, projection_shape_knobs_and_rounds) {
+  clear_knobs();
+  static const struct {
+    const char *arch, *warps, *stages;
+    sk_status want;
+    unsigned smem;
+  } shapes[] = {
+      {"sm_90a", "8", "2", SK_OK, 172160},  {"sm_90a", "8", "1", SK_OK, 106624},
+      {"sm_120a", "8", "1", SK_ERR_INVALID_ARGUMENT, 0}, {"sm_120a", "6", "1", SK_OK, 90240},
+      {"sm_121a", "3", "2", SK_OK, 90240},  {"sm_90a", "1", "1", SK_OK, 49280},
+      {"sm_120a", "7", "1", SK_OK, 98432},  {"sm_121a", "4", "2", SK_ERR_INVALID_ARGUMENT, 0},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     setenv("SPARKINFER_MHC_PROJECTION_WARPS", shapes[i].warps, 1);
     setenv("SPARKINFER_MHC_PROJECTION_STAGES", shapes[i].stages, 1);
-    sk_mhc_caps ci = c;
-    ci.arch = shapes[i].arch;
-    cr_assert_eq(sk_mhc_plan_create(&ci, &p), shapes[i].want, "%s %s x %s: %s", shapes[i].arch, shapes[i].warps,
-                 shapes[i].stages, sk_last_error_message());
-    if (shapes[i].want != SK_OK) continue;
-    sk_binding b;
-    bind_pre_offline(p, 4096, h, &b);
-    cr_assert_eq(b.dim[6], 1);
-    cr_assert(b.dim[3] >= shapes[i].step && b.dim[3] <= 16 * shapes[i].step && b.dim[3] % shapes[i].step == 0,
-              "%s %s x %s: %lld tokens per CTA", shapes[i].arch, shapes[i].warps, shapes[i].stages,
-              (long long)b.dim[3]);
-    sk_mhc_plan_destroy(p);
+    sk_plan *p = NULL;
+    const sk_status s = select_plan(caps_of(256, 4096, SK_MHC_NORM_NONE), shapes[i].arch, 0, &p);
+    clear_knobs();
+    cr_expect_eq(s, shapes[i].want, "%s %s x %s: %s", shapes[i].arch, shapes[i].warps, shapes[i].stages,
+                 sk_last_error_message());
+    if (s != SK_OK) continue;
+    const int warps = atoi(shapes[i].warps);
+    cr_expect_eq(state_of(p)->dynamic_smem[K_PRE_PROJECTION], shapes[i].smem);
+    char want[64];
+    snprintf(want, sizeof want, "sk::mhc::pre_projection_kernel<256, %d, %s>", warps, shapes[i].stages);
+    cr_expect_str_eq(kernel_name(p, K_PRE_PROJECTION), want);
+    sk_binding *b = bind_at(p, "pre", 4096);
+    const int64_t tpc = bound_of(b)->work_per_cta, step = 16 * warps;
+    cr_expect_eq(symbol(b, "SPLIT"), 1);
+    cr_expect(tpc >= step && tpc <= 16 * step && tpc % step == 0, "%s %d warps: %lld tokens per CTA", shapes[i].arch,
+              warps, (long long)tpc);
+    sk_binding_destroy(b);
+    sk_plan_destroy(p);
   }
-  unsetenv("SPARKINFER_MHC_PROJECTION_WARPS");
-  unsetenv("SPARKINFER_MHC_PROJECTION_STAGES");
 }
 
-/* SPARKINFER_MHC_FN_SMEM_TERMS (post_pre partial: fn terms in shared memory) is validated at plan
- * time against the target's shared memory per block with the chosen stages; unset, it takes the
- * most terms (up to 2) that fit, so every stage count stays plannable. */
-Test(mhc_ops, fn_smem_terms_env_is_validated_and_defaults_to_what_fits, .init = setup, .fini = teardown) {
-  sk_mhc_caps c = {256, 64, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
-  sk_mhc_plan *p;
-  static const char *const bad[] = {"4", "two", "-1"};
-  assert_knob_rejected(&c, "SPARKINFER_MHC_FN_SMEM_TERMS", bad, sizeof bad / sizeof bad[0]);
-  /* {arch, stages, terms (NULL: unset), expected}: 2 stages + 2 terms = 183 KiB fit sm_90a (208 KiB
-   * with the default own sums buffer), not sm_120a (99 KiB); 3 stages (172 KiB) take at most 1
-   * term, 4 stages (213 KiB) none. */
-  static const struct { const char *arch, *stages, *terms; sk_status want; } cases[] = {
-      {"sm_90a", "2", NULL, SK_OK},  {"sm_90a", "2", "2", SK_OK},   {"sm_90a", "2", "3", SK_ERR_INVALID_ARGUMENT},
-      {"sm_90a", "3", NULL, SK_OK},  {"sm_90a", "3", "1", SK_OK},   {"sm_90a", "3", "2", SK_ERR_INVALID_ARGUMENT},
-      {"sm_90a", "4", NULL, SK_OK},  {"sm_90a", "4", "1", SK_ERR_INVALID_ARGUMENT},
-      {"sm_120a", "2", NULL, SK_OK}, {"sm_120a", "2", "0", SK_OK}, {"sm_120a", "2", "1", SK_ERR_INVALID_ARGUMENT},
-      {"sm_120a", "3", NULL, SK_ERR_INVALID_ARGUMENT}, /* 172 KiB of stages alone */
+/* The post_pre partial's shared memory: fn terms default to the most (up to 2) that fit with the
+ * chosen stages; the own sums buffer defaults to on where it fits beside them (2 stages only). */
+Test(mhc_ops, partial_shared_memory_knobs) {
+  clear_knobs();
+  static const struct {
+    const char *arch, *stages, *terms, *own;
+    sk_status want;
+    int stages_flag, fn_terms;
+    unsigned smem;
+  } rows[] = {
+      {"sm_90a", "2", NULL, NULL, SK_OK, 18, 2, 207488},  {"sm_90a", "2", "2", "0", SK_OK, 2, 2, 182912},
+      {"sm_90a", "2", "0", "1", SK_OK, 18, 0, 109184},    {"sm_90a", "2", "0", "0", SK_OK, 2, 0, 84608},
+      {"sm_90a", "3", NULL, NULL, SK_OK, 3, 1, 225152},   {"sm_90a", "3", "0", "0", SK_OK, 3, 0, 176000},
+      {"sm_90a", "3", "1", "1", SK_ERR_INVALID_ARGUMENT}, {"sm_90a", "3", "2", NULL, SK_ERR_INVALID_ARGUMENT},
+      {"sm_90a", "4", NULL, NULL, SK_OK, 4, 0, 218240},   {"sm_90a", "4", "1", NULL, SK_ERR_INVALID_ARGUMENT},
+      {"sm_120a", "2", NULL, NULL, SK_OK, 2, 0, 84608},   {"sm_121a", "2", "0", "0", SK_OK, 2, 0, 84608},
+      {"sm_120a", "3", NULL, NULL, SK_ERR_INVALID_ARGUMENT},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const sk_status got = plan_with_stages_and_knob(&c, cases[i].arch, cases[i].stages, "SPARKINFER_MHC_FN_SMEM_TERMS",
-                                                    cases[i].terms, &p);
-    cr_assert_eq(got, cases[i].want, "%s, %s stages, terms %s: %s", cases[i].arch, cases[i].stages,
-                 cases[i].terms ? cases[i].terms : "(default)", sk_last_error_message());
-    if (got == SK_OK) sk_mhc_plan_destroy(p);
-    else cr_assert(strstr(sk_last_error_message(), "shared memory"), "%s", sk_last_error_message());
-  }
-  unsetenv("SPARKINFER_MHC_STAGES");
-  unsetenv("SPARKINFER_MHC_FN_SMEM_TERMS");
-}
-
-/* SPARKINFER_MHC_OWN_SUMS (the 2-stage lockstep loop with its own sums buffer) is validated at
- * plan time and defaults to on where the buffer fits next to the stages and the default fn terms
- * (sm_90a: 2 stages + 2 terms + 24 KiB = 208 KiB), off where it does not (sm_120a); the plan's
- * stage count carries the flag (binding dim[2] = 2 | 16). */
-Test(mhc_ops, own_sums_env_is_validated_and_defaults_to_what_fits, .init = setup, .fini = teardown) {
-  sk_mhc_caps c = {256, 64, SK_MHC_NORM_NONE, 20, 1e-6f, 1e-6f, 1e-6f, "sm_90a"};
-  sk_mhc_plan *p;
-  static const char *const bad[] = {"2", "maybe", "-1"};
-  assert_knob_rejected(&c, "SPARKINFER_MHC_OWN_SUMS", bad, sizeof bad / sizeof bad[0]);
-  /* {arch, stages, own sums (NULL: unset), expected status, expected dim[2]} */
-  static const struct { const char *arch, *stages, *own; sk_status want; int64_t dim2; } cases[] = {
-      {"sm_90a", "2", NULL, SK_OK, 18},  {"sm_90a", "2", "0", SK_OK, 2},  {"sm_90a", "2", "1", SK_OK, 18},
-      {"sm_90a", "3", NULL, SK_OK, 3},   {"sm_90a", "3", "0", SK_OK, 3},  {"sm_90a", "3", "1", SK_ERR_INVALID_ARGUMENT, 0},
-      {"sm_120a", "2", NULL, SK_OK, 2},  {"sm_121a", "2", NULL, SK_OK, 2},
-      {"sm_120a", "2", "1", SK_ERR_INVALID_ARGUMENT, 0}, /* 106.5 KiB > 99 KiB */
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const sk_status got =
-        plan_with_stages_and_knob(&c, cases[i].arch, cases[i].stages, "SPARKINFER_MHC_OWN_SUMS", cases[i].own, &p);
-    cr_assert_eq(got, cases[i].want, "%s, %s stages, own sums %s: %s", cases[i].arch, cases[i].stages,
-                 cases[i].own ? cases[i].own : "(default)", sk_last_error_message());
-    if (got != SK_OK) {
-      cr_assert(strstr(sk_last_error_message(), "SPARKINFER_MHC_OWN_SUMS") || strstr(sk_last_error_message(), "shared memory"),
-                "%s", sk_last_error_message());
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    setenv("SPARKINFER_MHC_STAGES", rows[i].stages, 1);
+    if (rows[i].terms) setenv("SPARKINFER_MHC_FN_SMEM_TERMS", rows[i].terms, 1);
+    if (rows[i].own) setenv("SPARKINFER_MHC_OWN_SUMS", rows[i].own, 1);
+    sk_plan *p = NULL;
+    const sk_status s = select_plan(caps_of(256, 64, SK_MHC_NORM_NONE), rows[i].arch, 0, &p);
+    clear_knobs();
+    cr_expect_eq(s, rows[i].want, "%s stages %s terms %s own %s: %s", rows[i].arch, rows[i].stages,
+                 rows[i].terms ? rows[i].terms : "-", rows[i].own ? rows[i].own : "-", sk_last_error_message());
+    if (s != SK_OK) {
+      cr_expect(strstr(sk_last_error_message(), "SPARKINFER_MHC_"), "%s", sk_last_error_message());
       continue;
     }
-    sk_binding b;
-    bind_pre_offline(p, 64, 256, &b);
-    cr_assert_eq(b.dim[2], cases[i].dim2, "%s, %s stages, own sums %s: dim[2] %lld", cases[i].arch, cases[i].stages,
-                 cases[i].own ? cases[i].own : "(default)", (long long)b.dim[2]);
-    sk_mhc_plan_destroy(p);
+    const mhc_state *st = state_of(p);
+    cr_expect_eq(st->stages, rows[i].stages_flag, "row %zu: stages %d", i, st->stages);
+    cr_expect_eq(st->fn_smem_terms, rows[i].fn_terms, "row %zu", i);
+    cr_expect_eq(st->dynamic_smem[K_POST_PRE_PARTIAL], rows[i].smem, "row %zu: %u", i, st->dynamic_smem[K_POST_PRE_PARTIAL]);
+    sk_binding *b = bind_at(p, "post_pre", 64);
+    cr_expect_eq(bound_of(b)->stages, rows[i].stages_flag, "bind passes the plan's stages (with the own-sums flag)");
+    sk_binding_destroy(b);
+    sk_plan_destroy(p);
   }
-  unsetenv("SPARKINFER_MHC_STAGES");
-  unsetenv("SPARKINFER_MHC_OWN_SUMS");
+}
+
+/* ---- bind's launch geometry against its models -------------------------------------------------- */
+
+/* The most segments (stretches within one tile) any CTA runs when items go to CTAs in ranges of
+ * gpc: every CTA walked. */
+static int64_t most_segments(int64_t items, int64_t per_tile, int64_t gpc) {
+  int64_t most = 0;
+  for (int64_t first = 0; first < items; first += gpc) {
+    const int64_t last = (first + gpc < items ? first + gpc : items) - 1;
+    const int64_t seg = last / per_tile - first / per_tile + 1;
+    if (seg > most) most = seg;
+  }
+  return most;
+}
+
+/* Tensor-core partials: waves x (groups per CTA + 5 x the most segments). */
+static int64_t partial_cost(int64_t items, int64_t per_tile, int64_t gpc, int64_t slots) {
+  return sk_cdiv(sk_cdiv(items, gpc), slots) * (gpc + 5 * most_segments(items, per_tile, gpc));
+}
+
+/* Projection: waves x (tokens per CTA + 16). */
+static int64_t projection_cost(int64_t t, int64_t tiles, int64_t tpc, int64_t slots) {
+  return sk_cdiv(sk_cdiv(t, tpc) * tiles, slots) * (tpc + 16);
+}
+
+/* For every arch table device, entry, H and T: the finalize's hidden per CTA, the SPLIT / FUSED
+ * symbols, the partials' groups per CTA (a candidate of the model - one balanced wave of the
+ * resident CTA slots, 1 or 2 groups more, or whole tiles - at the model's least cost, never more
+ * CTAs than slots; pre 4 CTAs an SM, post_pre 1) and the projection's tokens per CTA (whole rounds
+ * of its warps, the least cost over all of them). */
+Test(mhc_ops, bind_geometry_follows_the_models, .timeout = 120) {
+  clear_knobs();
+  static const int64_t hs[] = {256, 1280, 2048, 4096, 7168}, ts[] = {1, 2, 8, 9, 16, 17, 100, 130, 255, 256, 777, 1024, 4096, 4133, 8192};
+  static const struct {
+    const char *arch;
+    size_t device;
+  } devs[] = {{"sm_90a", 0}, {"sm_120a", 0}, {"sm_120a", 1}, {"sm_121a", 0}};
+  int checked = 0;
+  for (size_t d = 0; d < sizeof devs / sizeof devs[0]; d++)
+    for (size_t hi = 0; hi < sizeof hs / sizeof hs[0]; hi++) {
+      const int64_t h = hs[hi], tiles = h / 256;
+      sk_plan *p = must_select(caps_of(h, 8192, SK_MHC_NORM_NONE), devs[d].arch, devs[d].device);
+      const mhc_state *st = state_of(p);
+      const int64_t sms = st->sm_count;
+      for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        const int64_t t = ts[ti];
+        sk_binding *post = bind_at(p, "post", t);
+        cr_expect_eq(symbol(post, "FUSED") + symbol(post, "SPLIT"), 0, "post is one kernel");
+        sk_binding_destroy(post);
+        for (int pre = 0; pre < 2; pre++) {
+          sk_binding *b = bind_at(p, pre ? "pre" : "post_pre", t);
+          const mhc_bound *g = bound_of(b);
+          const char *what = pre ? "pre" : "post_pre";
+          cr_expect_eq(g->t, t);
+          cr_expect_eq(g->stages, st->stages);
+          /* Finalize: the whole row per CTA unless T is small against the SMs. */
+          const int64_t want_hpc = t < 2 * sms / (h / 1024 > 0 ? h / 1024 : 1) ? (h % 1024 == 0 ? 1024 : h % 512 == 0 ? 512 : 256) : h;
+          cr_expect_eq(g->hpc, want_hpc, "%s %s H=%lld T=%lld: hidden per finalize CTA %d", devs[d].arch, what,
+                       (long long)h, (long long)t, g->hpc);
+          cr_expect_eq(h % g->hpc, 0);
+          const int split = pre && t > st->scalar_max_t && t >= 256;
+          cr_expect_eq(symbol(b, "SPLIT"), split, "%s %s H=%lld T=%lld", devs[d].arch, what, (long long)h, (long long)t);
+          cr_expect_eq(symbol(b, "FUSED"), 0, "offline plans never fuse (no CTA slots counted)");
+          cr_expect_eq(g->fused, 0);
+          if (split) {
+            const int64_t step = 16 * st->projection_warps, tpc = g->work_per_cta, slots = sms;
+            cr_expect(tpc >= step && tpc <= 16 * step && tpc % step == 0, "%s H=%lld T=%lld: tpc %lld", devs[d].arch,
+                      (long long)h, (long long)t, (long long)tpc);
+            for (int64_t c = step; c <= 16 * step; c += step) {
+              cr_expect_leq(projection_cost(t, tiles, tpc, slots), projection_cost(t, tiles, c, slots),
+                            "%s H=%lld T=%lld: %lld tokens per CTA cost more than %lld", devs[d].arch, (long long)h,
+                            (long long)t, (long long)tpc, (long long)c);
+              if (c >= t) break;
+            }
+          } else {
+            const int64_t per_tile = sk_cdiv(t, 16), items = per_tile * tiles, slots = sms * (pre ? 4 : 1),
+                          gpc = g->work_per_cta, base = sk_cdiv(items, slots), tiled = sk_cdiv(base, per_tile) * per_tile;
+            cr_expect(gpc == base || gpc == base + 1 || gpc == base + 2 || gpc == tiled,
+                      "%s %s H=%lld T=%lld: %lld groups per CTA (balanced %lld, tiled %lld)", devs[d].arch, what,
+                      (long long)h, (long long)t, (long long)gpc, (long long)base, (long long)tiled);
+            cr_expect_leq(sk_cdiv(items, gpc), slots, "more CTAs than slots");
+            const int64_t cands[4] = {base, base + 1, base + 2, tiled};
+            for (int c = 0; c < 4; c++)
+              cr_expect_leq(partial_cost(items, per_tile, gpc, slots), partial_cost(items, per_tile, cands[c], slots),
+                            "%s %s H=%lld T=%lld: %lld groups per CTA cost more than %lld", devs[d].arch, what,
+                            (long long)h, (long long)t, (long long)gpc, (long long)cands[c]);
+          }
+          sk_binding_destroy(b);
+          checked++;
+        }
+      }
+      sk_plan_destroy(p);
+    }
+  cr_expect_eq(checked, 4 * 5 * 15 * 2);
+}
+
+/* SPARKINFER_MHC_SPLIT_MIN_T / _SCALAR_MAX_T move the split: T at or below the scalar crossover
+ * never splits; 0 never splits. SPARKINFER_MHC_TOKENS_PER_CTA sets the groups per partial CTA and
+ * the tokens per projection CTA. */
+Test(mhc_ops, crossover_and_work_knobs_steer_bind) {
+  clear_knobs();
+  setenv("SPARKINFER_MHC_SCALAR_MAX_T", "8", 1);
+  static const struct {
+    const char *knob;
+    int64_t t, split;
+  } rows[] = {{"0", 4096, 0}, {"0", 9, 0}, {"1", 8, 0}, {"1", 9, 1}, {"100", 99, 0}, {"100", 100, 1}, {"100", 4096, 1}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    setenv("SPARKINFER_MHC_SPLIT_MIN_T", rows[i].knob, 1);
+    sk_plan *p = must_select(caps_of(256, 4096, SK_MHC_NORM_NONE), "sm_90a", 0);
+    sk_binding *b = bind_at(p, "pre", rows[i].t);
+    cr_expect_eq(symbol(b, "SPLIT"), rows[i].split, "SPLIT_MIN_T=%s T=%lld", rows[i].knob, (long long)rows[i].t);
+    sk_binding_destroy(b);
+    sk_plan_destroy(p);
+  }
+  clear_knobs();
+  setenv("SPARKINFER_MHC_SPLIT_MIN_T", "1", 1);
+  sk_plan *p = must_select(caps_of(256, 4096, SK_MHC_NORM_NONE), "sm_90a", 0);
+  clear_knobs();
+  sk_binding *b16 = bind_at(p, "pre", 16), *b17 = bind_at(p, "pre", 17);
+  cr_expect_eq(symbol(b16, "SPLIT"), 0, "H = 256, T = 16: the scalar partials by default");
+  cr_expect_eq(symbol(b17, "SPLIT"), 1, "H = 256, T = 17: above the default crossover");
+  sk_binding_destroy(b16);
+  sk_binding_destroy(b17);
+  sk_plan_destroy(p);
+  setenv("SPARKINFER_MHC_TOKENS_PER_CTA", "48", 1);
+  p = must_select(caps_of(2048, 8192, SK_MHC_NORM_NONE), "sm_90a", 0);
+  clear_knobs();
+  sk_binding *pp = bind_at(p, "post_pre", 4096), *pr = bind_at(p, "pre", 4096), *small = bind_at(p, "pre", 100);
+  cr_expect_eq(bound_of(pp)->work_per_cta, 3, "48 tokens: 3 groups per partial CTA");
+  cr_expect_eq(bound_of(small)->work_per_cta, 3);
+  cr_expect_eq(bound_of(pr)->work_per_cta, 48, "48 tokens per projection CTA");
+  sk_binding_destroy(pp);
+  sk_binding_destroy(pr);
+  sk_binding_destroy(small);
+  sk_plan_destroy(p);
+}
+
+/* ---- manifests ------------------------------------------------------------------------------------ */
+
+static int count_lines_with(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *s = text; (s = strstr(s, needle)) != NULL; s += strlen(needle)) n++;
+  return n;
+}
+
+/* A manifest's norm.mhc entry builds what the plans of its caps use, for every device of the arch
+ * (any multiple of 256: 1280 here); bad caps fail the manifest. */
+Test(mhc_ops, sk_warm_builds_what_the_plans_use, .init = setup, .fini = teardown, .timeout = 240) {
+  clear_knobs();
+  char *out = NULL;
+  cr_assert_eq(tu_warm_dry_run("{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1280,\"max_tokens\":16,\"norm_weight\":\"bf16\"}}",
+                               "sm_120a", &out),
+               0, "%s", out);
+  cr_expect_eq(count_lines_with(out, "sk::mhc::"), 7, "decode sizes: post, 2 finalizes, 2 scalar partials, 2 fused: %s", out);
+  cr_expect_null(strstr(out, "partial_kernel<1280"), "no tensor-core partial below the crossover: %s", out);
+  free(out);
+  char m[600], cache[700], warm[512];
+  snprintf(m, sizeof m, "%s/m.json", dir);
+  snprintf(cache, sizeof cache, "%s/c", dir);
+  snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":"
+                   "{\"hidden\":1280,\"max_tokens\":4096,\"norm_weight\":\"bf16\"}}]}");
+  char *argv[] = {warm, "--manifest", m, "--arch", "sm_120a", "--cache-dir", cache, "--json", "--quiet", NULL};
+  out = NULL;
+  cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
+  cr_expect_eq(tu_json_num(out, "kernels"), 10, "every variant (three partials, fused decode, projection) compiles: %s", out);
+  free(out);
+  out = NULL;
+  cr_expect_eq(tu_warm_dry_run("{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1000}}", "sm_120a", &out), 2);
+  free(out);
+  out = NULL;
+  cr_expect_eq(tu_warm_dry_run("{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1024,\"colour\":1}}", "sm_120a", &out), 2);
+  free(out);
 }
 
 /* The variant knobs name other kernels, and sk-warm's op manifests read them as a plan does, so a
  * cache warmed under the same environment serves the frozen process (docs/env.md). */
 Test(mhc_ops, sk_warm_prebuilds_the_variants_the_knobs_name, .init = setup, .fini = teardown) {
+  clear_knobs();
   char m[600], warm[512];
   snprintf(m, sizeof m, "%s/m.json", dir);
   snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());
-  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":{\"hidden\":1280}}]}");
+  tu_write_file(m, "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"norm.mhc\",\"caps\":"
+                   "{\"hidden\":1280,\"max_tokens\":4096}}]}");
   char *argv[] = {warm, "--manifest", m, "--arch", "sm_90a", "--dry-run", NULL};
   char *out = NULL;
   cr_assert_eq(tu_run(argv, NULL, &out), 0, "%s", out);
-  cr_assert(strstr(out, "post_pre_partial_kernel<1280, 2>") && strstr(out, "pre_projection_kernel<1280, 4, 2>"),
+  cr_expect(strstr(out, "post_pre_partial_kernel<1280, 2>") && strstr(out, "pre_projection_kernel<1280, 4, 2>"),
             "sm_90a defaults: %s", out);
   free(out);
   char fn_terms[] = "SPARKINFER_MHC_FN_SMEM_TERMS=0", warps[] = "SPARKINFER_MHC_PROJECTION_WARPS=2";
   char *env[] = {fn_terms, warps, NULL};
   out = NULL;
   cr_assert_eq(tu_run(argv, env, &out), 0, "%s", out);
-  cr_assert(strstr(out, "post_pre_partial_kernel<1280, 0>") && strstr(out, "pre_projection_kernel<1280, 2, 2>"),
+  cr_expect(strstr(out, "post_pre_partial_kernel<1280, 0>") && strstr(out, "pre_projection_kernel<1280, 2, 2>"),
             "with the knobs: %s", out);
-  cr_assert_null(strstr(out, "post_pre_partial_kernel<1280, 2>"), "%s", out);
+  cr_expect_null(strstr(out, "post_pre_partial_kernel<1280, 2>"), "%s", out);
   free(out);
   char bad[] = "SPARKINFER_MHC_FN_SMEM_TERMS=7";
   char *env_bad[] = {bad, NULL};
-  cr_assert_eq(tu_run(argv, env_bad, NULL), 2, "a bad knob fails the manifest");
+  cr_expect_eq(tu_run(argv, env_bad, NULL), 2, "a bad knob fails the manifest");
 }

@@ -1,4 +1,4 @@
-/* tests/test_ref_mhc.c - the double-precision norm.mhc reference (tests/ref/mhc.c) against
+/* tests/test_ref_mhc.c - the double-precision norm.mhc reference (ops/norm/ref_mhc.c) against
  * hand-worked cases, invariants of the math and the relations between the entry points. */
 #include <criterion/criterion.h>
 

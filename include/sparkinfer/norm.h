@@ -13,8 +13,9 @@
  *  - "post_pre": x [T,H], residual [T,4,H], prev_post f32 [T,4], prev_comb f32 [T,4,4], fn f32
  *                [24,4H], hc_scale, hc_base, norm_weight -> residual_out, y, post, comb:
  *                post, then pre on its bf16 output.
- * Scratch (pre and post_pre): fp32 partials, max_tokens * (H/256) * 144 bytes, then one u32
- * arrival counter per token; zero_once is 1: zero it once after allocating; every run leaves the
+ * Scratch (sk_plan_scratch_spec; every entry binds it, post leaves it untouched): fp32 partials,
+ * max_tokens * (H/256) * 144 bytes, then one u32 arrival counter per token; zero_once is 1: zero
+ * it once after allocating; every run leaves the
  * counters at zero (another op may share the scratch only if it leaves that region untouched; a
  * run that finds a counter not at zero traps rather than returning wrong results).
  * Run: 1 kernel for post and for decode-sized pre / post_pre where the device has the CTA slots,
@@ -22,7 +23,8 @@
  * floating-point atomics; a token's results depend only on which partial variant ran (by T:
  * decode, mid-size, and for pre the split schedule of large T; the crossovers are fixed at plan
  * time, docs/env.md). After bind, the binding's symbols FUSED and SPLIT (sk_binding_symbol) say
- * whether the run is one fused decode launch and whether pre takes the split schedule.
+ * whether the run is one fused decode launch and whether pre takes the split schedule (post:
+ * both 0).
  */
 #ifndef SPARKINFER_NORM_H
 #define SPARKINFER_NORM_H

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "op.h"
+#include "norm/mhc_host.h"
 #include "sparkinfer/norm.h"
 
 #define OP "norm.mhc"
@@ -43,9 +44,6 @@ static unsigned projection_smem(int warps, int stages) { /* + 128 B of alignment
   return 128 + PROJECTION_FN_BYTES + (unsigned)(warps * stages) * PROJECTION_GROUP_BYTES;
 }
 #define MAX_STAGES 4
-/* sk::mhc::kOwnSumsFlag: or-ed into the partial kernels' num_stages with 2 stages, the lockstep
- * loop with its own sums buffer. The plan's `stages` carries it. */
-#define OWN_SUMS_FLAG 16
 /* Decode partial kernels (scalar FMA): one warp per (token, tile, role), 6 roles of 4 mixes. */
 #define SCALAR_ROLES 6
 #define SCALAR_THREADS 32
@@ -62,15 +60,6 @@ static unsigned projection_smem(int warps, int stages) { /* + 128 B of alignment
  * holds 3 projection warps x 2 buffers (88 KiB) but not 4, and their decode crossovers follow
  * sm_90's (the scalar kernels' advantage is latency, which does not depend on bandwidth). The
  * stage count, fn terms in shared memory and the own-sums loop follow from smem_per_block. */
-typedef struct mhc_tuning {
-  int cc;
-  int projection_warps;  /* run_pre's projection kernel (split schedule) */
-  int scalar_max_t_small; /* largest T on the scalar partials, H <= 4096 */
-  int scalar_max_t_large; /* the same, H > 4096 (their 6 * S * T CTAs grow with H) */
-  int split_min_t;        /* smallest T on run_pre's split schedule */
-  const char *source;
-} mhc_tuning;
-
 static const mhc_tuning tunings[] = {
     {90, 4, 16, 8, 256, "measured (H200)"},
     {100, 4, 16, 8, 256, "derived (sm_90's shared memory per block)"},
@@ -78,7 +67,7 @@ static const mhc_tuning tunings[] = {
     {121, 3, 16, 8, 256, "derived (as sm_120)"},
 };
 
-static mhc_tuning tuning_for(const sk_arch_props *a) {
+mhc_tuning sk_mhc_tuning_for(const sk_arch_props *a) {
   for (size_t i = 0; i < sizeof tunings / sizeof tunings[0]; i++)
     if (tunings[i].cc == a->cc) return tunings[i];
   /* Any other arch: the sm_120 row when a block holds 99 KiB or less, else sm_90's. */
@@ -87,35 +76,6 @@ static mhc_tuning tuning_for(const sk_arch_props *a) {
   t.source = "derived (nearest shared-memory class)";
   return t;
 }
-
-enum {
-  K_POST,
-  K_PRE_PARTIAL,
-  K_PRE_FINALIZE,
-  K_POST_PRE_PARTIAL,
-  K_POST_PRE_FINALIZE,
-  K_PRE_PARTIAL_SCALAR,
-  K_POST_PRE_PARTIAL_SCALAR,
-  K_PRE_FUSED_DECODE,
-  K_POST_PRE_FUSED_DECODE,
-  K_PRE_PROJECTION,
-  K_COUNT
-};
-enum { ENTRY_POST = 0, ENTRY_PRE = 1, ENTRY_POST_PRE = 2 };
-
-typedef struct mhc_state {
-  int sm_count;
-  int stages;          /* cp.async stage buffers of the partial kernels, | OWN_SUMS_FLAG */
-  int fn_smem_terms;   /* post_pre partial: fn terms kept in shared memory instead of registers */
-  int tokens_per_cta;  /* 0: the cost models in bind; else SPARKINFER_MHC_TOKENS_PER_CTA */
-  int64_t scalar_max_t; /* T <= this: scalar partial kernels (0: never) */
-  int64_t split_min_t;  /* run_pre, T >= this (above scalar_max_t): the split schedule (0: never) */
-  int projection_warps, projection_stages;
-  int projection_ctas_per_sm;   /* occupancy at plan time (0 offline) */
-  int fused_decode;             /* SPARKINFER_MHC_FUSED_DECODE */
-  unsigned dynamic_smem[K_COUNT];
-  int64_t fused_max_t[2];       /* [0] pre, [1] post_pre: T <= this takes the one fused launch */
-} mhc_state;
 
 /* Dynamic shared memory of a partial kernel (sk::mhc::partial_dynamic_smem_bytes): 2 stages run
  * the lockstep schedule (| OWN_SUMS_FLAG: with one sums buffer), 3-4 the pipelined one with two
@@ -128,13 +88,19 @@ static unsigned partial_smem(int pre, int stages, int fn_smem) {
          (unsigned)fn_smem * (pre ? PRE_FN_TERM_BYTES : POST_PRE_FN_TERM_BYTES);
 }
 
+const char *const sk_mhc_knobs[] = {
+    "SPARKINFER_MHC_PROJECTION_WARPS", "SPARKINFER_MHC_PROJECTION_STAGES", "SPARKINFER_MHC_STAGES",
+    "SPARKINFER_MHC_TOKENS_PER_CTA",   "SPARKINFER_MHC_SCALAR_MAX_T",      "SPARKINFER_MHC_SPLIT_MIN_T",
+    "SPARKINFER_MHC_FN_SMEM_TERMS",    "SPARKINFER_MHC_OWN_SUMS",          "SPARKINFER_MHC_FUSED_DECODE",
+    NULL};
+
 /* The tuning knobs (docs/env.md; read by the selection, never at run). Stage buffers: 2 (the
  * lockstep schedule; the pipelined one with 3-4 was not faster on the H200). fn terms in shared
  * memory: the most, up to 2, that fit the block with the chosen stages (freeing the registers the
  * post_pre partial would spill). The own-sums loop: on where its sums buffer fits too. */
 static sk_status mhc_knobs(const sk_plan *p, mhc_state *st) {
   const sk_mhc_caps *c = SK_PLAN_CAPS(p, sk_mhc_caps);
-  const mhc_tuning t = tuning_for(&p->props);
+  const mhc_tuning t = sk_mhc_tuning_for(&p->props);
   const unsigned limit = p->props.smem_per_block;
   int64_t v;
   SK_TRY(sk_tune_int("SPARKINFER_MHC_PROJECTION_WARPS", t.projection_warps, 1, 8, &v));
@@ -145,7 +111,7 @@ static sk_status mhc_knobs(const sk_plan *p, mhc_state *st) {
   if (proj > limit)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         OP " projection kernel: %d warps x %d stages need %u bytes of shared memory, more than the %u a "
-                        "block of %s can have (SPARKINFER_MHC_PROJECTION_WARPS / _STAGES)",
+                        "block of %s can have (SPARKINFER_MHC_PROJECTION_WARPS, SPARKINFER_MHC_PROJECTION_STAGES)",
                         st->projection_warps, st->projection_stages, proj, limit, p->arch);
   SK_TRY(sk_tune_int("SPARKINFER_MHC_STAGES", 2, 2, MAX_STAGES, &v));
   st->stages = (int)v;
@@ -176,7 +142,8 @@ static sk_status mhc_knobs(const sk_plan *p, mhc_state *st) {
   if (bytes > limit)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT,
                         OP " post_pre partial kernel: %d stages%s and %d fn terms in shared memory need %u bytes, more "
-                        "than the %u a block of %s can have (SPARKINFER_MHC_STAGES / _FN_SMEM_TERMS / _OWN_SUMS)",
+                        "than the %u a block of %s can have (SPARKINFER_MHC_STAGES, SPARKINFER_MHC_FN_SMEM_TERMS, "
+                        "SPARKINFER_MHC_OWN_SUMS)",
                         st->stages & (OWN_SUMS_FLAG - 1), own_sums ? " with their own sums buffer" : "",
                         st->fn_smem_terms, bytes, limit, p->arch);
   int fused;
@@ -278,16 +245,18 @@ static sk_status select_kernels(sk_plan *p) {
   return SK_OK;
 }
 
-/* Largest T whose fused launch keeps its waiters ((S + 1) per token) within 1 / FUSED_SLOT_SHARE
- * of the device's CTA slots for that kernel: a launch that could not have all its waiters resident
- * might wait forever (kernel comment 2c). Capped by the scalar crossover. 0 offline. */
+int64_t sk_mhc_fused_max_t(int64_t ctas_per_sm, int64_t sm_count, int64_t hidden, int64_t scalar_max_t) {
+  const int64_t waiters_per_token = hidden / TILE_H + 1, max_t = ctas_per_sm * sm_count / FUSED_SLOT_SHARE / waiters_per_token;
+  return max_t < scalar_max_t ? max_t : scalar_max_t;
+}
+
+/* The fused launch's T range for kernel slot k: a launch that could not have all its waiters
+ * resident might wait forever (kernel comment 2c). 0 offline or with SPARKINFER_MHC_FUSED_DECODE=0. */
 static int64_t fused_max_tokens(const sk_plan *p, const mhc_state *st, int k) {
   const sk_kernel *kern = sk_plan_k(p, (size_t)k);
   if (!st->fused_decode || !kern || !p->props.measured) return 0;
-  const int64_t per_sm = sk_op_resident_ctas_per_sm(kern, SCALAR_THREADS, 0),
-                waiters_per_token = SK_PLAN_CAPS(p, sk_mhc_caps)->hidden / TILE_H + 1,
-                max_t = per_sm * p->props.sm_count / FUSED_SLOT_SHARE / waiters_per_token;
-  return max_t < st->scalar_max_t ? max_t : st->scalar_max_t;
+  return sk_mhc_fused_max_t(sk_op_resident_ctas_per_sm(kern, SCALAR_THREADS, 0), p->props.sm_count,
+                            SK_PLAN_CAPS(p, sk_mhc_caps)->hidden, st->scalar_max_t);
 }
 
 static sk_status finish(sk_plan *p) {
@@ -351,14 +320,6 @@ static const sk_op_entry entries[] = {
 
 /* ---- bind: launch geometry --------------------------------------------------------------------- */
 
-typedef struct mhc_bound {
-  int t;
-  int stages;          /* partial stage buffers */
-  int work_per_cta;    /* tensor-core partials: 16-token groups per CTA; split projection: tokens per CTA */
-  int hpc;             /* hidden per finalize CTA */
-  int fused;           /* one fused decode launch */
-  int split;           /* run_pre's split schedule */
-} mhc_bound;
 
 /* Projection (2d): tokens per CTA, a multiple of `step`, from a wave model: time ~ waves x
  * (tokens per CTA + 16), the 16 standing for the CTA's fixed cost (its fn_pre fill, pipeline
@@ -417,7 +378,10 @@ static sk_status bind(sk_binding *b) {
   const int64_t t = sk_binding_get_symbol(b, "T"), h = SK_PLAN_CAPS(p, sk_mhc_caps)->hidden, sms = st->sm_count;
   const int entry = (int)b->entry;
   g->t = (int)t;
-  if (entry == ENTRY_POST) return SK_OK;
+  if (entry == ENTRY_POST) { /* one kernel: neither fused decode nor split */
+    SK_TRY(sk_binding_set_symbol(b, "FUSED", 0));
+    return sk_binding_set_symbol(b, "SPLIT", 0);
+  }
   g->stages = st->stages;
   g->work_per_cta = (int)partial_groups_per_cta(p, st, t, entry == ENTRY_PRE ? 4 : 1);
   int64_t hpc = h;

@@ -1,5 +1,5 @@
 // Index math of the norm.mhc tensor-core partial kernels (norm/mhc.cuh), in one place that both
-// the CUDA kernel and the C emulation test include (tests/ref/mhc_emu.c): plain C11 as well as
+// the CUDA kernel and the C emulation test include (tests/test_mhc_emulation.c): plain C11 as well as
 // CUDA C++17 (int arithmetic only). The emulation drives an independently written model of
 // ldmatrix / mma.sync m16n8k16 with exactly these functions, so the smem swizzle, ldmatrix row
 // addresses, fn fragment columns and accumulator mappings are checked on the CPU.

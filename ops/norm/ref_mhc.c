@@ -1,11 +1,12 @@
-/* tests/ref/mhc.c - double-precision reference of norm.mhc; see mhc.h and ops/norm/norm.mhc.md. */
+/* ops/norm/ref_mhc.c - double-precision reference of norm.mhc; see ref_mhc.h and ops/norm/norm.mhc.md. */
 #include "norm/ref_mhc.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Local bf16 helpers (static, named mhc_bf16_*: tests/ref/skref.h will carry shared ones). */
+/* Local bf16 helpers (static, named mhc_bf16_*): this file builds alone as build/lib/libskref_mhc.so
+ * for bench/peer_mhc_torch.py, so it does not link ops/common/ref_formats.c's. */
 
 static double mhc_bf16_to_double(uint16_t bits) {
   uint32_t u = (uint32_t)bits << 16;

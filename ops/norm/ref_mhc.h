@@ -1,5 +1,5 @@
 /*
- * tests/ref/mhc.h - double-precision CPU reference of norm.mhc (DeepSeek-V4 hyper-connection
+ * ops/norm/ref_mhc.h - double-precision CPU reference of norm.mhc (DeepSeek-V4 hyper-connection
  * residual: mix-back "post", collapse "pre" with Sinkhorn mixing and an optional fused RMSNorm).
  * The math, shapes and rounding points are specified in ops/norm/norm.mhc.md.
  *

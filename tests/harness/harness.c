@@ -56,6 +56,19 @@ size_t skh_offset(const skh_tensor *t, size_t flat) {
   return off * t->elem_bytes;
 }
 
+double skh_ulp(DLDataType dtype, double v) {
+  int digits, emin; /* significand bits; frexp exponent of the smallest normal */
+  if (dtype.code == kDLBfloat) digits = 8, emin = -125;
+  else if (dtype.code == kDLFloat && dtype.bits == 16) digits = 11, emin = -13;
+  else if (dtype.code == kDLFloat && dtype.bits == 32) digits = 24, emin = -125;
+  else if (dtype.code == kDLFloat && dtype.bits == 64) digits = 53, emin = -1021;
+  else return 1.0;
+  const double a = fabs(v);
+  int e = emin;
+  if (a > 0.0 && !isinf(a)) (void)frexp(a, &e);
+  return ldexp(1.0, (e >= emin ? e : emin) - digits);
+}
+
 double skh_get(const skh_tensor *t, const void *buf, size_t flat) {
   const unsigned char *p = (const unsigned char *)buf + skh_offset(t, flat);
   uint16_t h;
@@ -212,7 +225,10 @@ void skh_tensors_free(skh_tensor *t, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(t[i].host);
     free(t[i].expect);
+    free(t[i].exact);
+    free(t[i].magnitude);
     t[i].host = t[i].expect = NULL;
+    t[i].exact = t[i].magnitude = NULL;
   }
 }
 
@@ -235,16 +251,21 @@ int skh_compare(const skh_tensor *t, const skh_tolerance *tol, char *err, size_t
   double dot = 0, gg = 0, ww = 0, worst = 0;
   size_t worst_i = 0;
   for (size_t i = 0; i < n; i++) {
-    const double g = skh_get(t, t->host, i), w = skh_get(t, t->expect, i);
+    const double g = skh_get(t, t->host, i), w = t->exact ? t->exact[i] : skh_get(t, t->expect, i);
     if (isnan(w) || isnan(g)) {
       if (isnan(w) && isnan(g) && tol->nan_equal) continue;
       snprintf(err, errlen, "tensor %s: element %zu: got %.9g, want %.9g", t->name, i, g, w);
       return -1;
     }
-    const double e = fabs(g - w), bound = tol->max_abs + tol->rel * fabs(w) + (tol->elem_abs ? tol->elem_abs[i] : 0);
+    const double e = fabs(g - w), ulp = tol->ulps ? tol->ulps * skh_ulp(t->dtype, w) : 0.0,
+                 mag = t->magnitude ? tol->magnitude_rel * t->magnitude[i] : 0.0,
+                 own = tol->elem_abs ? tol->elem_abs[i] : 0.0,
+                 bound = tol->max_abs + tol->rel * fabs(w) + ulp + mag + own;
     if (!(e <= bound)) {
-      snprintf(err, errlen, "tensor %s: element %zu of %zu: got %.9g, want %.9g (|err| %.3g > %.3g = %.3g + %.3g*|want|%s)",
-               t->name, i, n, g, w, e, bound, tol->max_abs, tol->rel, tol->elem_abs ? " + its own bound" : "");
+      snprintf(err, errlen,
+               "tensor %s: element %zu of %zu: got %.9g, want %.9g (|err| %.3g > %.3g = %.3g + %.3g*|want| + %.3g (ulps) + "
+               "%.3g (magnitude) + %.3g (its own bound))",
+               t->name, i, n, g, w, e, bound, tol->max_abs, tol->rel, ulp, mag, own);
       return -1;
     }
     if (e > worst) worst = e, worst_i = i;

@@ -77,11 +77,17 @@ typedef struct skh_tensor {
   size_t elem_bytes;
   void *host;                     /* IN/INOUT: filled by fill; OUT/INOUT after a run: the GPU's */
   void *expect;                   /* OUT/INOUT: the reference's (zeroed before reference) */
+  /* OUT/INOUT, optional, set by reference (numel doubles each, malloc'd by it, freed by
+   * skh_tensors_free): `exact`, the reference's values before their final rounding, which SKH_CLOSE
+   * then compares against instead of `expect`; `magnitude`, per element the magnitude of the terms
+   * the value sums (an fp32 sum of them is off by a few 2^-24 of it when they cancel). */
+  double *exact, *magnitude;
 } skh_tensor;
 
 typedef enum skh_check {
   SKH_EXACT = 0,   /* bytes equal (quantized codes, integer outputs) */
-  SKH_CLOSE = 1,   /* decoded values: |got - want| <= max_abs + rel*|want| (+ elem_abs[i]), and cosine >= min_cosine */
+  SKH_CLOSE = 1,   /* decoded values: |got - want| <= max_abs + rel*|want| + ulps*ulp(want) +
+                      magnitude_rel*magnitude (+ elem_abs[i]), and cosine >= min_cosine (want: exact if set) */
   SKH_SKIP = 2,    /* not compared (e.g. a buffer the op may leave partly unwritten) */
 } skh_check;
 
@@ -95,6 +101,8 @@ typedef struct skh_tolerance {
    * filled by its reference for the case just computed); it must stay valid until skh_compare
    * returns. */
   const double *elem_abs;
+  double ulps;                    /* CLOSE: units in the last place of want, in the tensor's dtype */
+  double magnitude_rel;           /* CLOSE: times the tensor's magnitude of the element (when set) */
 } skh_tolerance;
 
 typedef struct skh_op {
@@ -105,7 +113,9 @@ typedef struct skh_op {
   void (*layout)(const skh_case *c, skh_tensor *t, size_t n);
   /* Fill the IN/INOUT tensors' host buffers (random data from rng; never all zeros). */
   void (*fill)(const skh_case *c, skh_tensor *t, size_t n, skref_rng *rng);
-  /* Write the expected OUT/INOUT contents into expect (inputs in host), double precision. */
+  /* Write the expected OUT/INOUT contents into expect (inputs in host), double precision. The GPU
+   * suite calls it after the run, so the OUT tensors' host holds the GPU's outputs: a later stage
+   * may be referenced on an earlier stage's GPU output (stage by stage). */
   void (*reference)(const skh_case *c, skh_tensor *t, size_t n);
   /* Tolerance of output tensor i (default: SKH_EXACT). */
   void (*tolerance)(const skh_case *c, const skh_tensor *t, size_t i, skh_tolerance *tol);
@@ -127,6 +137,9 @@ void skh_set(const skh_tensor *t, void *buf, size_t flat, double v);
 size_t skh_numel(const skh_tensor *t);
 /* Byte offset of a flat index (strides honoured). */
 size_t skh_offset(const skh_tensor *t, size_t flat);
+/* One unit in the last place of v in a floating-point dtype (bf16, fp16, fp32; subnormal spacing
+ * below the normal range); 1 for integer dtypes. */
+double skh_ulp(DLDataType dtype, double v);
 /* Find a tensor by name (NULL if absent). */
 skh_tensor *skh_tensor_named(skh_tensor *t, size_t n, const char *name);
 /* Random normal values (stddev) into every element of a bf16/fp16/fp32 tensor. */
