@@ -189,3 +189,122 @@ unsigned skref_attn_schedule(const sk_attn_params *p, int dvo, void *scratch) {
   hdr[SK_ATTN_HDR_BATCH] = batch;
   return flags;
 }
+
+/* ---- random test problems ------------------------------------------------------------------- */
+static void fill_half(skref_rng *rng, uint16_t *dst, size_t n, skref_kv_format f) {
+  for (size_t i = 0; i < n; i++) {
+    const float x = (float)skref_rng_normal(rng);
+    dst[i] = f == SKREF_KV_FP16 ? skref_float_to_fp16(x) : skref_float_to_bf16(x);
+  }
+}
+
+void skref_attn_make(skref_rng *rng, const skref_attn_spec *s, skref_attn_buffers *o) {
+  memset(o, 0, sizeof *o);
+  const int B = s->batch, e4m3 = s->kv_format == SKREF_KV_E4M3, eb = e4m3 ? 1 : 2;
+  o->cu_seqlens_q = calloc((size_t)B + 1, sizeof(int));
+  o->cu_seqlens_k = calloc((size_t)B + 1, sizeof(int));
+  o->cache_seqlens = calloc((size_t)B + 1, sizeof(int));
+  for (int b = 0; b < B; b++) {
+    o->cu_seqlens_q[b + 1] = o->cu_seqlens_q[b] + s->q_lens[b];
+    o->cu_seqlens_k[b + 1] = o->cu_seqlens_k[b] + s->kv_lens[b];
+    o->cache_seqlens[b] = s->kv_lens[b];
+  }
+  o->total_q = o->cu_seqlens_q[B];
+  o->total_k = o->cu_seqlens_k[B];
+  o->q_bytes = (size_t)o->total_q * s->hq * s->dqk * 2;
+  o->q = malloc(o->q_bytes + 2);
+  fill_half(rng, o->q, (size_t)o->total_q * s->hq * s->dqk, s->q_dtype == SKREF_FP16 ? SKREF_KV_FP16 : SKREF_KV_BF16);
+
+  /* Rows of K / V (token rows of one head set): paged pages * page_size, contiguous total_k. */
+  long long k_tok = (long long)s->hkv * s->dqk, v_tok = (long long)s->hkv * s->dvo, k_pitch = 0, v_pitch = 0;
+  size_t rows;
+  if (s->paged) {
+    int used = 0;
+    for (int b = 0; b < B; b++) used += (s->kv_lens[b] + s->page_size - 1) / s->page_size;
+    o->num_pages = used + s->extra_pages;
+    rows = (size_t)o->num_pages * s->page_size;
+    if (s->combined) {
+      k_pitch = v_pitch = 2LL * s->page_size * k_tok;
+      o->kv_bytes = rows * (size_t)(k_tok + v_tok) * eb;
+      o->k_offset = 0;
+      o->v_offset = (size_t)s->page_size * k_tok * eb;
+    } else {
+      k_pitch = s->page_size * k_tok, v_pitch = s->page_size * v_tok;
+      o->kv_bytes = rows * (size_t)(k_tok + v_tok) * eb;
+      o->k_offset = 0;
+      o->v_offset = rows * (size_t)k_tok * eb;
+    }
+    /* A random permutation of all page ids, handed out in order. */
+    int *perm = malloc(sizeof(int) * (size_t)(o->num_pages + 1));
+    for (int i = 0; i < o->num_pages; i++) perm[i] = i;
+    for (int i = o->num_pages - 1; i > 0; i--) {
+      const int j = (int)skref_rng_below(rng, (uint64_t)i + 1), t = perm[i];
+      perm[i] = perm[j], perm[j] = t;
+    }
+    o->page_table = malloc(sizeof(int) * ((size_t)B * s->pt_width + 1));
+    int next = 0;
+    for (int b = 0; b < B; b++)
+      for (int e = 0; e < s->pt_width; e++)
+        o->page_table[(size_t)b * s->pt_width + e] = e * s->page_size < s->kv_lens[b] ? perm[next++] : -1;
+    free(perm);
+  } else {
+    rows = (size_t)o->total_k;
+    o->kv_bytes = rows * (size_t)(k_tok + v_tok) * eb;
+    o->k_offset = 0;
+    o->v_offset = rows * (size_t)k_tok * eb;
+  }
+  o->kv = calloc(o->kv_bytes + 16, 1);
+
+  /* Values: normal(0, 1), rounded to the format; E4M3 per scale group (amax / 448). */
+  const int groups = s->scale_mode == 0 ? B : s->scale_mode == 1 ? B * s->hkv : 1;
+  o->scale_count = groups;
+  if (e4m3) {
+    o->k_scale = malloc(sizeof(float) * (size_t)groups);
+    o->v_scale = malloc(sizeof(float) * (size_t)groups);
+    for (int g = 0; g < groups; g++) /* amax of normal data grows slowly; vary it per group */
+      o->k_scale[g] = (float)((3.0 + skref_rng_uniform(rng)) / 448.0), o->v_scale[g] = (float)((3.0 + skref_rng_uniform(rng)) / 448.0);
+  }
+  skref_attn_problem *pr = &o->pr;
+  *pr = (skref_attn_problem){.batch = B, .hq = s->hq, .hkv = s->hkv, .dqk = s->dqk, .dvo = s->dvo,
+                             .cu_seqlens_q = o->cu_seqlens_q, .q = o->q, .q_dtype = s->q_dtype,
+                             .q_stride = (long long)s->hq * s->dqk, .paged = s->paged,
+                             .k = (char *)o->kv + o->k_offset, .v = (char *)o->kv + o->v_offset,
+                             .kv_format = s->kv_format, .k_token_stride = k_tok, .v_token_stride = v_tok,
+                             .k_page_pitch = k_pitch, .v_page_pitch = v_pitch, .page_size = s->page_size,
+                             .pt_stride = s->pt_width, .page_table = o->page_table,
+                             .cache_seqlens = o->cache_seqlens, .cu_seqlens_k = o->cu_seqlens_k,
+                             .k_scale = o->k_scale, .v_scale = o->v_scale,
+                             .k_scale_sb = s->scale_mode == 0 ? 1 : s->scale_mode == 1 ? s->hkv : 0,
+                             .k_scale_sh = s->scale_mode == 1 ? 1 : 0,
+                             .v_scale_sb = s->scale_mode == 0 ? 1 : s->scale_mode == 1 ? s->hkv : 0,
+                             .v_scale_sh = s->scale_mode == 1 ? 1 : 0,
+                             .sm_scale = s->sm_scale > 0 ? s->sm_scale : 1.0 / sqrt((double)s->dqk),
+                             .window_left = s->window_left, .window_right = s->window_right};
+  /* Every key row of every request and head, through the problem's own addressing. */
+  for (int b = 0; b < B; b++)
+    for (int pos = 0; pos < s->kv_lens[b]; pos++)
+      for (int h = 0; h < s->hkv; h++)
+        for (int is_v = 0; is_v < 2; is_v++) {
+          const int dim = is_v ? s->dvo : s->dqk;
+          const double sc = !e4m3 ? 1.0 : is_v ? pr->v_scale[(long long)b * pr->v_scale_sb + (long long)h * pr->v_scale_sh]
+                                              : pr->k_scale[(long long)b * pr->k_scale_sb + (long long)h * pr->k_scale_sh];
+          for (int d = 0; d < dim; d++) {
+            const long long idx = kv_index(pr, b, pos, h, dim, d, is_v);
+            const float x = (float)skref_rng_normal(rng);
+            if (e4m3) ((uint8_t *)(is_v ? pr->v : pr->k))[idx] = skref_e4m3_encode((float)(x / sc));
+            else ((uint16_t *)(is_v ? pr->v : pr->k))[idx] =
+                s->kv_format == SKREF_KV_FP16 ? skref_float_to_fp16(x) : skref_float_to_bf16(x);
+          }
+        }
+  if (s->sinks) {
+    o->sinks = malloc(sizeof(float) * (size_t)s->hq);
+    for (int h = 0; h < s->hq; h++) o->sinks[h] = (float)(2.0 * skref_rng_normal(rng));
+    pr->sinks = o->sinks;
+  }
+}
+
+void skref_attn_free(skref_attn_buffers *b) {
+  free(b->q), free(b->kv), free(b->page_table), free(b->cache_seqlens), free(b->cu_seqlens_q), free(b->cu_seqlens_k);
+  free(b->k_scale), free(b->v_scale), free(b->sinks);
+  memset(b, 0, sizeof *b);
+}

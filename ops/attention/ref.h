@@ -69,6 +69,41 @@ void skref_attention_split(const skref_attn_problem *pr, int chunk_keys, double 
  * unit counter as 0, regions 4-5 untouched) exactly as the device does, and returns the flags. */
 unsigned skref_attn_schedule(const sk_attn_params *p, int dvo, void *scratch);
 
+/* ---- random test problems ------------------------------------------------------------------- */
+typedef struct skref_attn_spec {
+  int batch, hq, hkv, dqk, dvo;
+  skref_dtype q_dtype;
+  skref_kv_format kv_format;
+  int paged;          /* 1 paged, 0 contiguous (varlen) */
+  int page_size;      /* paged: power of two */
+  int combined;       /* paged: K and V pages interleaved as vLLM's [blocks, 2, page, Hkv, D] (dqk == dvo) */
+  int pt_width;       /* paged: page-table entries per request (>= the longest request's pages) */
+  int extra_pages;    /* paged: pages beyond those in use (random ids spread over all) */
+  int scale_mode;     /* E4M3: 0 per request [batch], 1 per (request, head) [batch, hkv], 2 one (stride 0) */
+  int sinks;          /* 1: random sinks [hq] */
+  int window_left, window_right;
+  double sm_scale;    /* 0: dqk^-0.5 */
+  const int *q_lens;  /* [batch] */
+  const int *kv_lens; /* [batch] */
+} skref_attn_spec;
+
+/* Owned buffers of one problem; pr points into them. Page-table entries past a request's pages
+ * are -1, so a kernel that reads one flags SK_ATTN_ERR_PAGE_ID. q, K, V: normal(0, 1) data
+ * (E4M3: quantised with scale amax / 448 over the scale's group). */
+typedef struct skref_attn_buffers {
+  skref_attn_problem pr;
+  uint16_t *q;
+  void *kv;                  /* one allocation holding K and V */
+  size_t q_bytes, kv_bytes;  /* sizes of q and kv */
+  size_t k_offset, v_offset; /* bytes from kv to K and to V */
+  int *page_table, *cache_seqlens, *cu_seqlens_q, *cu_seqlens_k;
+  float *k_scale, *v_scale, *sinks;
+  int num_pages, total_q, total_k, scale_count;
+} skref_attn_buffers;
+
+void skref_attn_make(skref_rng *rng, const skref_attn_spec *spec, skref_attn_buffers *out);
+void skref_attn_free(skref_attn_buffers *b);
+
 #ifdef __cplusplus
 }
 #endif
