@@ -374,7 +374,7 @@ Test(attention_ref, scheduler_chunk_choice_and_budgets) {
   sched_run(&c);
   hdr = SCHED_REGION(&c, int, SK_ATTN_R_HEADER);
   cr_assert_eq(hdr[SK_ATTN_HDR_CHUNK_TILES], 7);
-  cr_assert_eq(hdr[SK_ATTN_HDR_ITEMS], (32768 / 64 + 6) / 7, "items %d", hdr[SK_ATTN_HDR_ITEMS]);
+  cr_assert_eq(hdr[SK_ATTN_HDR_ITEMS], (32768 / c.p.tile_kv + 6) / 7, "items %d", hdr[SK_ATTN_HDR_ITEMS]);
   check_schedule(&c, "fixed 7");
   c.p.split = 0;
   sched_run(&c);
@@ -384,7 +384,7 @@ Test(attention_ref, scheduler_chunk_choice_and_budgets) {
   sched_free(&c);
 
   /* 64 requests x 8 heads: 512 units fill 264 CTAs in two full waves (no split); with 396 CTAs
-   * the second wave would be a third full, and chunks of 64 tiles make three full waves. */
+   * the second wave would be a third full, and chunks of 4096 keys make three full waves. */
   sched_init(&c, 64, 64, 8, 1, SK_ATTN_KIND_DECODE, 128, 128);
   for (int b = 0; b < 64; b++) ql[b] = 1, kl[b] = 8192;
   sched_set_lengths(&c, ql, kl);
@@ -395,7 +395,7 @@ Test(attention_ref, scheduler_chunk_choice_and_budgets) {
   c.p.attn_ctas = 396;
   sched_run(&c);
   hdr = SCHED_REGION(&c, int, SK_ATTN_R_HEADER);
-  cr_assert_eq(hdr[SK_ATTN_HDR_CHUNK_TILES], 64);
+  cr_assert_eq(hdr[SK_ATTN_HDR_CHUNK_TILES] * c.p.tile_kv, 4096);
   check_schedule(&c, "64 x 8k, 396 CTAs");
   sched_free(&c);
 

@@ -129,6 +129,7 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
       s_mul = p.k_scale ? p.k_scale[(long long)iv.x * p.k_scale_sb + (long long)kvh * p.k_scale_sh] : 1.0f;
       v_mul = p.v_scale ? p.v_scale[(long long)iv.x * p.v_scale_sb + (long long)kvh * p.v_scale_sh] : 1.0f;
     }
+    s_mul = fmaxf(s_mul, 1e-30f);  // > 0: the max is taken on raw scores and -inf * s_mul stays -inf
 
     // ---- Q tile ----
     for (int i = tid; i < TQ * CPR_Q; i += NT) {
@@ -246,23 +247,20 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
         }
       }
 
-      // Scale, mask, online softmax (log2 domain).
+      // Mask, online softmax in the log2 domain: p = 2^(s * s_mul - m), one FFMA per score.
       const int t0 = un.t_begin + j * TK;
-      const bool masked = sk_attn_tile_masked(&un, t0, TK);
-      const int col0 = t0 + wk * KVW + 2 * t;
+      if (sk_attn_tile_masked(&un, t0, TK)) {
+        const int col0 = t0 + wk * KVW + 2 * t;
 #pragma unroll
-      for (int mq = 0; mq < MQ; ++mq)
+        for (int mq = 0; mq < MQ; ++mq)
 #pragma unroll
-        for (int n = 0; n < NKV; ++n)
+          for (int n = 0; n < NKV; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = s[mq][n][e] * s_mul;
-            if (masked) {
+            for (int e = 0; e < 4; ++e) {
               const int kv = col0 + 8 * n + (e & 1);
-              if (kv < lo[mq][e >> 1] || kv >= hi[mq][e >> 1]) x = SK_ATTN_NEG_INF;
+              if (kv < lo[mq][e >> 1] || kv >= hi[mq][e >> 1]) s[mq][n][e] = SK_ATTN_NEG_INF;
             }
-            s[mq][n][e] = x;
-          }
+      }
 #pragma unroll
       for (int mq = 0; mq < MQ; ++mq)
 #pragma unroll
@@ -272,7 +270,7 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
           for (int n = 0; n < NKV; ++n) mx = fmaxf(mx, fmaxf(s[mq][n][2 * h], s[mq][n][2 * h + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float mnew = fmaxf(m[mq][h], mx);
+          const float mnew = fmaxf(m[mq][h], mx * s_mul);
           const float mu = mnew == SK_ATTN_NEG_INF ? 0.0f : mnew;
           const float corr = fast_exp2(m[mq][h] - mu);
           m[mq][h] = mnew;
@@ -281,7 +279,7 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
           for (int n = 0; n < NKV; ++n)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pe = fast_exp2(s[mq][n][2 * h + e] - mu);
+              const float pe = fast_exp2(fmaf(s[mq][n][2 * h + e], s_mul, -mu));
               s[mq][n][2 * h + e] = pe;
               sum += pe;
             }

@@ -221,7 +221,7 @@ SK_ATTN_FN int sk_attn_chunks(int span_tiles, int chunk_tiles) {
 #define SK_ATTN_CAND_FIXED 16
 #define SK_ATTN_CAND_NONE 17
 #define SK_ATTN_NCAND 18
-#define SK_ATTN_UNIT_OVERHEAD_TILES 2 /* a unit's fixed cost (prologue, epilogue, merge) in KV tiles */
+#define SK_ATTN_UNIT_OVERHEAD_KEYS 512 /* a unit's fixed cost (pipeline fill, epilogue, merge) in keys */
 
 SK_ATTN_FN int sk_attn_candidate_tiles(int cand, int fixed_chunk_tiles) {
   return cand < SK_ATTN_POW2_CANDS ? 1 << cand : cand == SK_ATTN_CAND_FIXED ? fixed_chunk_tiles : 0;
@@ -238,16 +238,18 @@ SK_ATTN_FN void sk_attn_accumulate(const sk_attn_req *r, int tile_kv, int fixed_
   }
 }
 // Estimated time of a candidate in KV tiles: waves of attn_ctas units, each as long as the
-// longest chunk plus the per-unit overhead.
-SK_ATTN_FN long long sk_attn_cost(long long items, int chunk_tiles, int max_span, int hkv, int ctas) {
+// longest chunk plus the per-unit overhead (measured on an H100: a unit's first tile waits a full
+// loaded memory latency, so many short units lose to fewer long ones).
+SK_ATTN_FN long long sk_attn_cost(long long items, int chunk_tiles, int max_span, int hkv, int ctas, int tile_kv) {
   const long long units = items * hkv, waves = (units + ctas - 1) / (ctas > 0 ? ctas : 1);
   const int len = chunk_tiles > 0 && chunk_tiles < max_span ? chunk_tiles : max_span;
-  return waves * (len + SK_ATTN_UNIT_OVERHEAD_TILES);
+  return waves * (len + SK_ATTN_UNIT_OVERHEAD_KEYS / tile_kv);
 }
 // Chunk size (KV tiles, 0 = no split) from the candidate sums. No split is the fallback; a split
 // must fit both budgets; ties keep the larger chunk (fewer partials).
 SK_ATTN_FN int sk_attn_pick_chunk(const long long *items, const long long *partial, int max_span, int hkv, int ctas,
-                                  int max_work_items, int max_partial_rows, int split, int fixed_chunk_tiles) {
+                                  int tile_kv, int max_work_items, int max_partial_rows, int split,
+                                  int fixed_chunk_tiles) {
   if (!split || max_span <= 1) return 0;
   if (fixed_chunk_tiles > 0)
     return fixed_chunk_tiles < max_span && items[SK_ATTN_CAND_FIXED] <= max_work_items &&
@@ -255,11 +257,11 @@ SK_ATTN_FN int sk_attn_pick_chunk(const long long *items, const long long *parti
                ? fixed_chunk_tiles
                : 0;
   int best = 0;
-  long long best_cost = sk_attn_cost(items[SK_ATTN_CAND_NONE], 0, max_span, hkv, ctas);
+  long long best_cost = sk_attn_cost(items[SK_ATTN_CAND_NONE], 0, max_span, hkv, ctas, tile_kv);
   for (int c = SK_ATTN_POW2_CANDS - 1; c >= 0; c--) {
     const int tiles = 1 << c;
     if (tiles >= max_span || items[c] > max_work_items || partial[c] > max_partial_rows) continue;
-    const long long cost = sk_attn_cost(items[c], tiles, max_span, hkv, ctas);
+    const long long cost = sk_attn_cost(items[c], tiles, max_span, hkv, ctas, tile_kv);
     if (cost < best_cost) best = tiles, best_cost = cost;
   }
   return best;
@@ -356,8 +358,10 @@ SK_ATTN_FN sk_attn_config sk_attn_pick_config(int kind, int dqk, int dvo, int kv
   sk_attn_config c = {0, 0, 0, 0, 0};
   const int big = dqk + dvo > 256;
   if (kind == SK_ATTN_KIND_DECODE) {
-    c.tile_q = 16, c.warps_q = 1, c.tile_kv = 64, c.warps_kv = 4, c.stages = kv_fp8 ? 3 : 2;
-    if (!kv_fp8 && dqk >= 256) c.tile_kv = 32, c.warps_kv = 2;
+    /* 16-bit KV: 32-key tiles over 2 warps, 3 stages; FP8: 64-key tiles over 4 warps, 3 stages
+     * (the fastest of the variants measured on an H100; attention.md) */
+    c.tile_q = 16, c.warps_q = 1, c.stages = 3;
+    c.tile_kv = kv_fp8 ? 64 : 32, c.warps_kv = kv_fp8 ? 4 : 2;
     while (c.stages > 2 && sk_attn_smem_bytes(dqk, dvo, kv_fp8, c) > SK_ATTN_MAX_SMEM) c.stages--;
   } else if (kind == SK_ATTN_KIND_EXTEND) {
     c.tile_q = 64, c.warps_q = 4, c.warps_kv = 1, c.stages = 2, c.tile_kv = !kv_fp8 && big ? 32 : 64;

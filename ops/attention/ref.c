@@ -158,7 +158,7 @@ unsigned skref_attn_schedule(const sk_attn_params *p, int dvo, void *scratch) {
     maxspan = sk_attn_max(maxspan, sk_attn_span_tiles(&r, p->tile_kv));
     reqs[b] = r;
   }
-  const int chunk = sk_attn_pick_chunk(cand_items, cand_part, maxspan, hkv, p->attn_ctas, p->max_work_items,
+  const int chunk = sk_attn_pick_chunk(cand_items, cand_part, maxspan, hkv, p->attn_ctas, p->tile_kv, p->max_work_items,
                                        p->max_partial_rows, p->split, p->fixed_chunk_tiles);
   int n_items = 0, n_part = 0, n_merge = 0;
   for (int b = 0; b < batch; b++) {

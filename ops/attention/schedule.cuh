@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(NT) schedule(const __grid_constant__ sk_attn_p
     for (int w = 1; w < NT / 32; ++w) s_red[0][tid] += s_red[w][tid];
   __syncthreads();
   if (tid == 0)
-    s_chunk = sk_attn_pick_chunk(s_red[0], s_red[0] + SK_ATTN_NCAND, s_maxspan, hkv, p.attn_ctas, p.max_work_items,
+    s_chunk = sk_attn_pick_chunk(s_red[0], s_red[0] + SK_ATTN_NCAND, s_maxspan, hkv, p.attn_ctas, p.tile_kv, p.max_work_items,
                                  p.max_partial_rows, p.split, p.fixed_chunk_tiles);
   __syncthreads();
   const int chunk = s_chunk;
