@@ -214,56 +214,65 @@ SK_ATTN_FN int sk_attn_chunks(int span_tiles, int chunk_tiles) {
 }
 
 // ---- chunk choice ---------------------------------------------------------------------------------
-// Candidates: k < 16: 2^k KV tiles; 16: fixed_chunk_tiles; 17: no split. The scheduler sums, per
-// candidate, items = sum q_tiles * n_chunks and partial rows = sum over split requests of
-// q_len * n_chunks, then picks the cheapest feasible candidate (sk_attn_pick_chunk).
-#define SK_ATTN_POW2_CANDS 16
-#define SK_ATTN_CAND_FIXED 16
-#define SK_ATTN_CAND_NONE 17
-#define SK_ATTN_NCAND 18
+// Candidates: k < 32: 2^(k/2) KV tiles for even k, 1.5 * 2^(k/2) for odd k (1, 1, 2, 3, 4, 6, 8,
+// 12, ...: a chunk that fills the grid is at most a third off); 32: fixed_chunk_tiles; 33: no
+// split. The scheduler sums, per candidate, items = sum q_tiles * n_chunks and partial rows = sum
+// over split requests of q_len * n_chunks, then picks the cheapest feasible candidate.
+#define SK_ATTN_GRID_CANDS 32
+#define SK_ATTN_CAND_FIXED 32
+#define SK_ATTN_CAND_NONE 33
+#define SK_ATTN_NCAND 34
 #define SK_ATTN_UNIT_OVERHEAD_KEYS 512 /* a unit's fixed cost (pipeline fill, epilogue, merge) in keys */
+#define SK_ATTN_COST_NONE (-1LL)       /* an infeasible candidate */
 
 SK_ATTN_FN int sk_attn_candidate_tiles(int cand, int fixed_chunk_tiles) {
-  return cand < SK_ATTN_POW2_CANDS ? 1 << cand : cand == SK_ATTN_CAND_FIXED ? fixed_chunk_tiles : 0;
+  return cand < SK_ATTN_GRID_CANDS ? (1 << (cand >> 1)) + ((cand & 1) ? (1 << (cand >> 1)) >> 1 : 0)
+         : cand == SK_ATTN_CAND_FIXED ? fixed_chunk_tiles
+                                      : 0;
 }
-// Adds request r's items and partial rows under every candidate.
-SK_ATTN_FN void sk_attn_accumulate(const sk_attn_req *r, int tile_kv, int fixed_chunk_tiles, long long *items,
-                                   long long *partial) {
+// Counts saturate at SK_ATTN_SAT (far past any budget): 32-bit sums keep the scheduler's
+// per-thread candidate sums in registers.
+#define SK_ATTN_SAT 0x7fffffffu
+SK_ATTN_FN unsigned sk_attn_sat_add(unsigned a, unsigned b) { return a > SK_ATTN_SAT - b ? SK_ATTN_SAT : a + b; }
+SK_ATTN_FN unsigned sk_attn_sat_mul(int a, int b) {
+  const long long x = (long long)a * b;
+  return x > (long long)SK_ATTN_SAT ? SK_ATTN_SAT : (unsigned)x;
+}
+// Adds request r's items and partial rows under every candidate (saturating).
+SK_ATTN_FN void sk_attn_accumulate(const sk_attn_req *r, int tile_kv, int fixed_chunk_tiles, unsigned *items,
+                                   unsigned *partial) {
   const int span = sk_attn_span_tiles(r, tile_kv);
   SK_ATTN_UNROLL
   for (int c = 0; c < SK_ATTN_NCAND; c++) {
     const int n = sk_attn_chunks(span, sk_attn_candidate_tiles(c, fixed_chunk_tiles));
-    items[c] += (long long)r->q_tiles * n;
-    if (n > 1) partial[c] += (long long)r->q_len * n;
+    items[c] = sk_attn_sat_add(items[c], sk_attn_sat_mul(r->q_tiles, n));
+    if (n > 1) partial[c] = sk_attn_sat_add(partial[c], sk_attn_sat_mul(r->q_len, n));
   }
 }
-// Estimated time of a candidate in KV tiles: waves of attn_ctas units, each as long as the
+// Estimated time of candidate `cand` in KV tiles: waves of attn_ctas units, each as long as the
 // longest chunk plus the per-unit overhead (measured on an H100: a unit's first tile waits a full
-// loaded memory latency, so many short units lose to fewer long ones).
-SK_ATTN_FN long long sk_attn_cost(long long items, int chunk_tiles, int max_span, int hkv, int ctas, int tile_kv) {
+// loaded memory latency, so many short units lose to fewer long ones); SK_ATTN_COST_NONE when the
+// candidate breaks a budget or is no split in disguise (a chunk as long as the longest span).
+SK_ATTN_FN long long sk_attn_candidate_cost(int cand, long long items, long long partial, int max_span, int hkv,
+                                            int ctas, int tile_kv, int max_work_items, int max_partial_rows,
+                                            int fixed_chunk_tiles) {
+  const int tiles = sk_attn_candidate_tiles(cand, fixed_chunk_tiles);
+  if (cand != SK_ATTN_CAND_NONE && (tiles <= 0 || tiles >= max_span || items > max_work_items || partial > max_partial_rows))
+    return SK_ATTN_COST_NONE;
   const long long units = items * hkv, waves = (units + ctas - 1) / (ctas > 0 ? ctas : 1);
-  const int len = chunk_tiles > 0 && chunk_tiles < max_span ? chunk_tiles : max_span;
+  const int len = cand != SK_ATTN_CAND_NONE ? tiles : max_span;
   return waves * (len + SK_ATTN_UNIT_OVERHEAD_KEYS / tile_kv);
 }
-// Chunk size (KV tiles, 0 = no split) from the candidate sums. No split is the fallback; a split
-// must fit both budgets; ties keep the larger chunk (fewer partials).
-SK_ATTN_FN int sk_attn_pick_chunk(const long long *items, const long long *partial, int max_span, int hkv, int ctas,
-                                  int tile_kv, int max_work_items, int max_partial_rows, int split,
-                                  int fixed_chunk_tiles) {
+// Chunk size (KV tiles, 0 = no split) from the candidates' costs. No split is the fallback; ties
+// keep the larger chunk (fewer partials); split 0 never splits; a fixed chunk is used where the
+// budgets allow it, else no split.
+SK_ATTN_FN int sk_attn_pick_chunk(const long long *cost, int max_span, int split, int fixed_chunk_tiles) {
   if (!split || max_span <= 1) return 0;
-  if (fixed_chunk_tiles > 0)
-    return fixed_chunk_tiles < max_span && items[SK_ATTN_CAND_FIXED] <= max_work_items &&
-                   partial[SK_ATTN_CAND_FIXED] <= max_partial_rows
-               ? fixed_chunk_tiles
-               : 0;
+  if (fixed_chunk_tiles > 0) return cost[SK_ATTN_CAND_FIXED] != SK_ATTN_COST_NONE ? fixed_chunk_tiles : 0;
   int best = 0;
-  long long best_cost = sk_attn_cost(items[SK_ATTN_CAND_NONE], 0, max_span, hkv, ctas, tile_kv);
-  for (int c = SK_ATTN_POW2_CANDS - 1; c >= 0; c--) {
-    const int tiles = 1 << c;
-    if (tiles >= max_span || items[c] > max_work_items || partial[c] > max_partial_rows) continue;
-    const long long cost = sk_attn_cost(items[c], tiles, max_span, hkv, ctas, tile_kv);
-    if (cost < best_cost) best = tiles, best_cost = cost;
-  }
+  long long best_cost = cost[SK_ATTN_CAND_NONE];
+  for (int c = SK_ATTN_GRID_CANDS - 1; c >= 0; c--)
+    if (cost[c] != SK_ATTN_COST_NONE && cost[c] < best_cost) best = sk_attn_candidate_tiles(c, 0), best_cost = cost[c];
   return best;
 }
 
@@ -373,7 +382,7 @@ SK_ATTN_FN sk_attn_config sk_attn_pick_config(int kind, int dqk, int dvo, int kv
 
 // Dynamic shared memory of the scheduler kernel: one int per request + 1.
 SK_ATTN_FN int sk_attn_sched_smem_bytes(int max_batch) { return 4 * (max_batch + 1); }
-#define SK_ATTN_SCHED_THREADS 512
+#define SK_ATTN_SCHED_THREADS 256
 #define SK_ATTN_MERGE_THREADS 128
 
 // ---- shared-memory swizzle ----------------------------------------------------------------------

@@ -5,13 +5,14 @@
 // LAUNCH CONTRACT
 //   template <typename T, int DVO>   T: __nv_bfloat16 / __half (the output type); DVO % 64 == 0
 //   __global__ void sk::attn::merge<T, DVO>(const __grid_constant__ sk_attn_params p)
-//   grid = (any >= 1, 1, 1): CTA i takes merge rows i, i + gridDim.x, ... < the live count;
-//   block = (SK_ATTN_MERGE_THREADS = 128, 1, 1): warp w takes q heads w, w + 4, ...;
-//   no dynamic shared memory.
+//   grid = (any >= 1, 1, 1), block = (SK_ATTN_MERGE_THREADS = 128, 1, 1): warp w of CTA b takes
+//   the (merge row, q head) pairs 4b + w, 4b + w + 4 gridDim.x, ... below the live count
+//   (rows x Hq), 8 partial rows in flight per lane; no dynamic shared memory.
 //   reads   the scratch header and merge rows (attention/schedule.cuh), the partial rows and
 //           LSEs (attention/attention.cuh), sinks
 //   writes  out[token, head, :] and lse[token, head] of every merge row (the rows the attention
-//           kernel left to it); nothing when nothing was split
+//           kernel left to it; nothing when nothing was split), and zeroes the header's unit
+//           counter (so a work list may serve several attention launches, see attention.md)
 //   Must run after the attention kernel on the same scratch (stream order or PDL).
 //
 // Rule (base 2, -inf partials skipped): M = max(lse_c [, sink * log2 e]); w_c = 2^(lse_c - M);
@@ -44,50 +45,62 @@ template <typename T, int DVO>
 __global__ void __launch_bounds__(SK_ATTN_MERGE_THREADS) merge(const __grid_constant__ sk_attn_params p) {
   constexpr int VEC = DVO / 32;  // output values per lane
   constexpr int WARPS = SK_ATTN_MERGE_THREADS / 32;
+  constexpr int UNROLL = 8;      // partial rows in flight per lane
   static_assert(DVO % 64 == 0 && DVO <= 512, "DVO");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   pdl_wait_for_previous();
   pdl_launch_dependents();
 
-  const int* hdr = region<const int>(p, SK_ATTN_R_HEADER, DVO);
+  int* hdr = region<int>(p, SK_ATTN_R_HEADER, DVO);
+  // The attention kernel is done with the unit counter: zero it, so that the next attention launch
+  // on this scratch may reuse the work list without another scheduler run (same lengths).
+  if (blockIdx.x == 0 && threadIdx.x == 0) hdr[SK_ATTN_HDR_COUNTER] = 0;
   const int4* rows = region<const int4>(p, SK_ATTN_R_MERGE, DVO);
   const float* part_o = region<const float>(p, SK_ATTN_R_PART_O, DVO);
   const float* part_lse = region<const float>(p, SK_ATTN_R_PART_LSE, DVO);
-  const int n_rows = hdr[SK_ATTN_HDR_MERGE_ROWS], hq = p.num_heads_q;
+  const int hq = p.num_heads_q;
+  const long long pairs = (long long)hdr[SK_ATTN_HDR_MERGE_ROWS] * hq;
 
-  for (int j = blockIdx.x; j < n_rows; j += gridDim.x) {
+  // One warp per (merge row, q head).
+  for (long long wi = (long long)blockIdx.x * WARPS + warp; wi < pairs; wi += (long long)gridDim.x * WARPS) {
+    const int j = (int)(wi / hq), h = (int)(wi - (long long)j * hq);
     const int4 e = rows[j];  // token, first partial row, chunks, request
-    for (int h = warp; h < hq; h += WARPS) {
-      float mx = SK_ATTN_NEG_INF;
-      for (int c = lane; c < e.z; c += 32) mx = fmaxf(mx, part_lse[((long long)e.y + c) * hq + h]);
+    const float* lse_h = part_lse + (long long)e.y * hq + h;
+    float mx = SK_ATTN_NEG_INF;
+    for (int c = lane; c < e.z; c += 32) mx = fmaxf(mx, lse_h[(long long)c * hq]);
 #pragma unroll
-      for (int d = 16; d >= 1; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-      const float s2 = p.sinks ? p.sinks[h] * kLog2e : SK_ATTN_NEG_INF;
-      const float top = fmaxf(mx, s2), mu = top == SK_ATTN_NEG_INF ? 0.0f : top;
-      float acc[VEC], den = 0.0f;
+    for (int d = 16; d >= 1; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+    const float s2 = p.sinks ? p.sinks[h] * kLog2e : SK_ATTN_NEG_INF;
+    const float top = fmaxf(mx, s2), mu = top == SK_ATTN_NEG_INF ? 0.0f : top;
+    float acc[VEC], den = 0.0f;
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[i] = 0.0f;
-      if (mx != SK_ATTN_NEG_INF)
-        for (int c = 0; c < e.z; ++c) {
-          const long long row = (long long)e.y + c;
-          // A -inf partial (no key in its chunk) weighs 0; its stored output is 0.
-          const float w = fast_exp2(part_lse[row * hq + h] - mu);
-          float v[VEC];
-          load_vec<VEC>(part_o + (row * hq + h) * DVO + lane * VEC, v);
+    for (int i = 0; i < VEC; ++i) acc[i] = 0.0f;
+    // A -inf partial (no key in its chunk) weighs 0; its stored output is 0.
+    const float* o_h = part_o + ((long long)e.y * hq + h) * DVO + lane * VEC;
+    for (int c0 = 0; c0 < e.z; c0 += UNROLL) {
+      float w[UNROLL], v[UNROLL][VEC];
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) acc[i] += w * v[i];
-          den += w;
-        }
-      if (p.sinks) den += fast_exp2(s2 - mu);
-      const float inv = den > 0.0f ? __fdividef(1.0f, den) : 0.0f;
-      T* dst = static_cast<T*>(p.out) + ((long long)e.x * hq + h) * DVO + lane * VEC;
-#pragma unroll
-      for (int i = 0; i < VEC; i += 2) store2<T>(dst + i, acc[i] * inv, acc[i + 1] * inv);
-      if (p.lse && lane == 0) {
-        const float lse2 = den > 0.0f ? mu + fast_log2(den) : SK_ATTN_NEG_INF;
-        p.lse[(long long)e.x * hq + h] = p.lse_natural ? lse2 * kLn2 : lse2;
+      for (int u = 0; u < UNROLL; ++u) {
+        const int c = c0 + u < e.z ? c0 + u : e.z - 1;  // in range: the surplus weighs 0 below
+        w[u] = c0 + u < e.z ? fast_exp2(lse_h[(long long)c * hq] - mu) : 0.0f;
+        load_vec<VEC>(o_h + (long long)c * hq * DVO, v[u]);
       }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        den += w[u];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[i] += w[u] * v[u][i];
+      }
+    }
+    if (p.sinks) den += fast_exp2(s2 - mu);
+    const float inv = den > 0.0f ? __fdividef(1.0f, den) : 0.0f;
+    T* dst = static_cast<T*>(p.out) + ((long long)e.x * hq + h) * DVO + lane * VEC;
+#pragma unroll
+    for (int i = 0; i < VEC; i += 2) store2<T>(dst + i, acc[i] * inv, acc[i + 1] * inv);
+    if (p.lse && lane == 0) {
+      const float lse2 = den > 0.0f ? mu + fast_log2(den) : SK_ATTN_NEG_INF;
+      p.lse[(long long)e.x * hq + h] = p.lse_natural ? lse2 * kLn2 : lse2;
     }
   }
 }

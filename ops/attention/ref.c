@@ -146,7 +146,7 @@ unsigned skref_attn_schedule(const sk_attn_params *p, int dvo, void *scratch) {
   const int hkv = p->num_heads_kv, group = p->num_heads_q / hkv;
   const long long cap = p->paged ? (long long)p->max_pages << p->page_shift : p->max_total_k;
   const int kv_cap = cap < 0x7fffffffLL ? (int)cap : 0x7fffffff;
-  long long cand_items[SK_ATTN_NCAND] = {0}, cand_part[SK_ATTN_NCAND] = {0};
+  unsigned cand_items[SK_ATTN_NCAND] = {0}, cand_part[SK_ATTN_NCAND] = {0};
   int maxspan = 0;
   for (int b = 0; b < batch; b++) {
     const int q0 = p->cu_seqlens_q[b], q1 = p->cu_seqlens_q[b + 1];
@@ -158,8 +158,11 @@ unsigned skref_attn_schedule(const sk_attn_params *p, int dvo, void *scratch) {
     maxspan = sk_attn_max(maxspan, sk_attn_span_tiles(&r, p->tile_kv));
     reqs[b] = r;
   }
-  const int chunk = sk_attn_pick_chunk(cand_items, cand_part, maxspan, hkv, p->attn_ctas, p->tile_kv, p->max_work_items,
-                                       p->max_partial_rows, p->split, p->fixed_chunk_tiles);
+  long long cost[SK_ATTN_NCAND];
+  for (int c = 0; c < SK_ATTN_NCAND; c++)
+    cost[c] = sk_attn_candidate_cost(c, cand_items[c], cand_part[c], maxspan, hkv, p->attn_ctas, p->tile_kv,
+                                     p->max_work_items, p->max_partial_rows, p->fixed_chunk_tiles);
+  const int chunk = sk_attn_pick_chunk(cost, maxspan, p->split, p->fixed_chunk_tiles);
   int n_items = 0, n_part = 0, n_merge = 0;
   for (int b = 0; b < batch; b++) {
     sk_attn_req *r = &reqs[b];

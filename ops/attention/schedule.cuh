@@ -4,7 +4,7 @@
 // ops/attention/ref.c runs the same functions).
 //
 // LAUNCH CONTRACT
-//   template <int NT>  threads (SK_ATTN_SCHED_THREADS = 512)
+//   template <int NT>  threads (SK_ATTN_SCHED_THREADS = 256)
 //   __global__ void sk::attn::schedule<NT>(const __grid_constant__ sk_attn_params p)
 //   grid = (1, 1, 1), block = (NT, 1, 1)
 //   dynamic shared memory = sk_attn_sched_smem_bytes(p.max_batch) (4 * (max_batch + 1); > 48 KB,
@@ -16,11 +16,12 @@
 //   attn_ctas, split, fixed_chunk_tiles, window_left. Nothing else is read.
 //
 // ALGORITHM (one CTA; thread i owns the requests [i * per, (i + 1) * per))
-//   1. validate every request (sk_attn_make_request: clamps and error bits), store it, and sum
-//      the items and partial rows of every chunk candidate (sk_attn_accumulate);
-//   2. reduce the sums over the CTA; thread 0 picks the chunk (sk_attn_pick_chunk);
+//   1. validate every request (sk_attn_make_request: clamps and error bits) and sum the items and
+//      partial rows of every chunk candidate (sk_attn_accumulate);
+//   2. reduce the sums over the CTA; one thread per candidate costs it (sk_attn_candidate_cost),
+//      thread 0 picks the chunk (sk_attn_pick_chunk);
 //   3. per request: chunks, items, partial rows, merge rows; exclusive scans over the CTA give
-//      each request its item, partial-row and merge-row offsets;
+//      each request its item, partial-row and merge-row offsets; the requests are stored;
 //   4. items and merge rows are written in parallel, one per thread, each finding its request by
 //      a binary search over the offsets in shared memory.
 #pragma once
@@ -74,9 +75,10 @@ SK_DEVICE int upper_index(const int* off, int n, int x) {
 
 template <int NT>
 __global__ void __launch_bounds__(NT) schedule(const __grid_constant__ sk_attn_params p) {
-  static_assert(NT % 32 == 0 && NT <= 1024, "threads");
+  static_assert(NT % 32 == 0 && NT <= 1024 && NT >= SK_ATTN_NCAND, "threads");
   extern __shared__ int s_off[];  // [max_batch + 1]: item offsets, then merge-row offsets
-  __shared__ long long s_red[NT / 32][2 * SK_ATTN_NCAND];
+  __shared__ unsigned s_red[NT / 32][2 * SK_ATTN_NCAND];
+  __shared__ long long s_cost[SK_ATTN_NCAND];
   __shared__ int s_scan[NT / 32][3];
   __shared__ int s_maxspan, s_chunk;
   __shared__ unsigned s_flags;
@@ -99,47 +101,59 @@ __global__ void __launch_bounds__(NT) schedule(const __grid_constant__ sk_attn_p
   const long long cap = p.paged ? (long long)p.max_pages << p.page_shift : p.max_total_k;
   const int kv_cap = cap < 0x7fffffffLL ? (int)cap : 0x7fffffff;
   const int per = (batch + NT - 1) / NT, b0 = sk_attn_min(tid * per, batch), b1 = sk_attn_min(b0 + per, batch);
+  // Request b validated (the inputs are re-read from L1 in each pass rather than kept).
+  auto request = [&](int b, unsigned* f) {
+    const int q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
+    const int k0 = p.paged ? 0 : p.cu_seqlens_k[b], k1 = p.paged ? p.cache_seqlens[b] : p.cu_seqlens_k[b + 1];
+    sk_attn_req r = {0, 0, 0, 0, 0, 0, 0, 0};
+    *f |= sk_attn_make_request(q0, q1, k0, k1, p.paged, p.max_total_q, kv_cap, p.window_left, group, p.tile_q,
+                               p.tile_kv, &r);
+    return r;
+  };
 
-  // 1. validate, store, sum the candidates
-  long long cand_items[SK_ATTN_NCAND], cand_part[SK_ATTN_NCAND];
+  // 1. validate, sum the candidates
+  unsigned cand_items[SK_ATTN_NCAND], cand_part[SK_ATTN_NCAND];
 #pragma unroll
   for (int c = 0; c < SK_ATTN_NCAND; ++c) cand_items[c] = 0, cand_part[c] = 0;
   int maxspan = 0;
   for (int b = b0; b < b1; ++b) {
-    const int q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
-    const int k0 = p.paged ? 0 : p.cu_seqlens_k[b], k1 = p.paged ? p.cache_seqlens[b] : p.cu_seqlens_k[b + 1];
-    sk_attn_req r = {0, 0, 0, 0, 0, 0, 0, 0};
-    flags |= sk_attn_make_request(q0, q1, k0, k1, p.paged, p.max_total_q, kv_cap, p.window_left, group, p.tile_q,
-                                  p.tile_kv, &r);
+    const sk_attn_req r = request(b, &flags);
     sk_attn_accumulate(&r, p.tile_kv, p.fixed_chunk_tiles, cand_items, cand_part);
     maxspan = sk_attn_max(maxspan, sk_attn_span_tiles(&r, p.tile_kv));
-    reqs[b] = r;
   }
 
-  // 2. reduce, pick the chunk
+  // 2. reduce (warps without requests skip the shuffles), cost every candidate, pick the chunk
+  if (warp * 32 * per < batch) {
 #pragma unroll
-  for (int c = 0; c < SK_ATTN_NCAND; ++c) {
-    long long a = cand_items[c], q = cand_part[c];
+    for (int c = 0; c < SK_ATTN_NCAND; ++c) {
+      unsigned a = cand_items[c], q = cand_part[c];
 #pragma unroll
-    for (int d = 16; d >= 1; d /= 2) a += __shfl_xor_sync(0xffffffffu, a, d), q += __shfl_xor_sync(0xffffffffu, q, d);
-    if (lane == 0) s_red[warp][c] = a, s_red[warp][SK_ATTN_NCAND + c] = q;
+      for (int d = 16; d >= 1; d /= 2)
+        a = sk_attn_sat_add(a, __shfl_xor_sync(0xffffffffu, a, d)), q = sk_attn_sat_add(q, __shfl_xor_sync(0xffffffffu, q, d));
+      if (lane == 0) s_red[warp][c] = a, s_red[warp][SK_ATTN_NCAND + c] = q;
+    }
+    atomicMax(&s_maxspan, maxspan);
+  } else if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < 2 * SK_ATTN_NCAND; ++c) s_red[warp][c] = 0;
   }
-  atomicMax(&s_maxspan, maxspan);
-  atomicOr(&s_flags, flags);
+  if (flags) atomicOr(&s_flags, flags);
   __syncthreads();
-  if (tid < 2 * SK_ATTN_NCAND)
-    for (int w = 1; w < NT / 32; ++w) s_red[0][tid] += s_red[w][tid];
+  if (tid < SK_ATTN_NCAND) {
+    unsigned a = 0, q = 0;
+    for (int w = 0; w < NT / 32; ++w) a = sk_attn_sat_add(a, s_red[w][tid]), q = sk_attn_sat_add(q, s_red[w][SK_ATTN_NCAND + tid]);
+    s_cost[tid] = sk_attn_candidate_cost(tid, a, q, s_maxspan, hkv, p.attn_ctas, p.tile_kv, p.max_work_items,
+                                         p.max_partial_rows, p.fixed_chunk_tiles);
+  }
   __syncthreads();
-  if (tid == 0)
-    s_chunk = sk_attn_pick_chunk(s_red[0], s_red[0] + SK_ATTN_NCAND, s_maxspan, hkv, p.attn_ctas, p.tile_kv, p.max_work_items,
-                                 p.max_partial_rows, p.split, p.fixed_chunk_tiles);
+  if (tid == 0) s_chunk = sk_attn_pick_chunk(s_cost, s_maxspan, p.split, p.fixed_chunk_tiles);
   __syncthreads();
   const int chunk = s_chunk;
 
-  // 3. per-request counts and offsets
+  // 3. per-request counts and offsets; the requests are stored here, complete
   int cnt[3] = {0, 0, 0}, tot[3];
   for (int b = b0; b < b1; ++b) {
-    const sk_attn_req r = reqs[b];
+    const sk_attn_req r = request(b, &flags);
     const int n = sk_attn_chunks(sk_attn_span_tiles(&r, p.tile_kv), chunk);
     cnt[0] += r.q_tiles * n;
     if (n > 1) cnt[1] += r.q_len * n, cnt[2] += r.q_len;
@@ -147,7 +161,7 @@ __global__ void __launch_bounds__(NT) schedule(const __grid_constant__ sk_attn_p
   block_scan3<NT>(cnt, tot, s_scan);
   const int merge_first = cnt[2];
   for (int b = b0; b < b1; ++b) {
-    sk_attn_req r = reqs[b];
+    sk_attn_req r = request(b, &flags);
     r.n_chunks = sk_attn_chunks(sk_attn_span_tiles(&r, p.tile_kv), chunk);
     r.partial_off = r.n_chunks > 1 ? cnt[1] : 0;
     s_off[b] = cnt[0];
@@ -170,8 +184,7 @@ __global__ void __launch_bounds__(NT) schedule(const __grid_constant__ sk_attn_p
   int mo = merge_first;
   for (int b = b0; b < b1; ++b) {
     s_off[b] = mo;
-    const sk_attn_req r = reqs[b];
-    if (r.n_chunks > 1) mo += r.q_len;
+    if (reqs[b].n_chunks > 1) mo += reqs[b].q_len;
   }
   if (tid == 0) s_off[batch] = tot[2];
   __syncthreads();

@@ -266,6 +266,19 @@ static uint16_t *run_case(skref_rng *rng, uint64_t seed, const skref_attn_spec *
     CASE_FAIL("%s: max_abs %.4g cos %.7f lse %.4g nonfinite %d flags %d (want %d)", what, r.max_abs, r.cosine, r.max_lse,
               r.nonfinite, r.flags, expect_flags);
   uint16_t *out = keep_out ? gpu_download(d.out, d.out_bytes) : NULL;
+  if (keep_out) {
+    /* The merge zeroed the unit counter: attention + merge again on the same work list (no
+     * scheduler run) give the same bits. */
+    CUDA_OK(cudaMemset(d.out, 0xff, d.out_bytes));
+    void *args[] = {&d.p};
+    SK_OK_OR_FAIL(sk_kernel_launch_ex(k.attn, (sk_dim3){(unsigned)d.p.attn_ctas, 1, 1},
+                                      (sk_dim3){(unsigned)sk_attn_threads(k.cfg), 1, 1}, k.smem, NULL, args, 0));
+    SK_OK_OR_FAIL(sk_kernel_launch_ex(k.merge, (sk_dim3){3, 1, 1}, (sk_dim3){SK_ATTN_MERGE_THREADS, 1, 1}, 0, NULL, args, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    uint16_t *again = gpu_download(d.out, d.out_bytes);
+    if (memcmp(again, out, (size_t)h.total_q * s->hq * s->dvo * 2)) CASE_FAIL("%s: a second attention launch differs", what);
+    free(again);
+  }
   free(ro), free(rl);
   dev_free(&d);
   skref_attn_free(&h);
