@@ -225,12 +225,7 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
             u32 bb[4];
             ldmatrix_x4_at(bb, sk + sk_attn_swz(wk * KVW + 16 * np + (lane & 7) + ((lane >> 4) << 3),
                                                 2 * kk + ((lane >> 3) & 1), CPR_K));
-            const u32 b0[2] = {bb[0], bb[1]}, b1[2] = {bb[2], bb[3]};
-#pragma unroll
-            for (int mq = 0; mq < MQ; ++mq) {
-              mma16<M>(s[mq][2 * np], a[mq], b0);
-              mma16<M>(s[mq][2 * np + 1], a[mq], b1);
-            }
+            mma_tile_pair<M>(s, 2 * np, a, bb);
           }
         } else {
 #pragma unroll
@@ -252,14 +247,10 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
       if (sk_attn_tile_masked(&un, t0, TK)) {
         const int col0 = t0 + wk * KVW + 2 * t;
 #pragma unroll
-        for (int mq = 0; mq < MQ; ++mq)
-#pragma unroll
-          for (int n = 0; n < NKV; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int kv = col0 + 8 * n + (e & 1);
-              if (kv < lo[mq][e >> 1] || kv >= hi[mq][e >> 1]) s[mq][n][e] = SK_ATTN_NEG_INF;
-            }
+        for (int i = 0; i < MQ * NKV * 4; ++i) {  // accumulator i: m tile, n tile, element
+          const int mq = i / (NKV * 4), n = i / 4 % NKV, e = i % 4, kv = col0 + 8 * n + (e & 1);
+          if (kv < lo[mq][e >> 1] || kv >= hi[mq][e >> 1]) s[mq][n][e] = SK_ATTN_NEG_INF;
+        }
       }
 #pragma unroll
       for (int mq = 0; mq < MQ; ++mq)
@@ -305,12 +296,7 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
           for (int jp = 0; jp < NDV / 2; ++jp) {
             u32 bb[4];
             ldmatrix_x4_trans_at(bb, sv + sk_attn_swz(vr, 2 * jp + (lane >> 4), CPR_V));
-            const u32 b0[2] = {bb[0], bb[1]}, b1[2] = {bb[2], bb[3]};
-#pragma unroll
-            for (int mq = 0; mq < MQ; ++mq) {
-              mma16<M>(o[mq][2 * jp], a[mq], b0);
-              mma16<M>(o[mq][2 * jp + 1], a[mq], b1);
-            }
+            mma_tile_pair<M>(o, 2 * jp, a, bb);
           }
         } else {
           // Register r of chunk c holds keys (2t, 2t+1) x columns (2g, 2g+1): n8 tile 2c takes
@@ -321,13 +307,9 @@ __global__ void __launch_bounds__(32 * WQ * WK) attention(const __grid_constant_
             ldmatrix_x4_trans_at(bb, sv + sk_attn_swz(vr, 2 * cp + (lane >> 4), CPR_V));
 #pragma unroll
             for (int hc = 0; hc < 2; ++hc) {
-              const u32 be[2] = {e4m3_even_f16x2(bb[2 * hc]), e4m3_even_f16x2(bb[2 * hc + 1])};
-              const u32 bo[2] = {e4m3_odd_f16x2(bb[2 * hc]), e4m3_odd_f16x2(bb[2 * hc + 1])};
-#pragma unroll
-              for (int mq = 0; mq < MQ; ++mq) {
-                mma16<M>(o[mq][4 * cp + 2 * hc], a[mq], be);
-                mma16<M>(o[mq][4 * cp + 2 * hc + 1], a[mq], bo);
-              }
+              const u32 eo[4] = {e4m3_even_f16x2(bb[2 * hc]), e4m3_even_f16x2(bb[2 * hc + 1]),
+                                 e4m3_odd_f16x2(bb[2 * hc]), e4m3_odd_f16x2(bb[2 * hc + 1])};
+              mma_tile_pair<M>(o, 4 * cp + 2 * hc, a, eo);
             }
           }
         }

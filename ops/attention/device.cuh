@@ -42,6 +42,18 @@ SK_DEVICE void mma16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
   else mma_f16_m16n8k16(d, a, b);
 }
 
+// Two n8 tiles from one ldmatrix.x4 (registers 0, 1: b0, b1 of tile j; 2, 3: of tile j + 1) times
+// every m16 A fragment of the warp, into acc[mq][j] and acc[mq][j + 1].
+template <typename M, int MQ, int N>
+SK_DEVICE void mma_tile_pair(float (&acc)[MQ][N][4], int j, const u32 (&a)[MQ][4], const u32 (&bb)[4]) {
+  const u32 b0[2] = {bb[0], bb[1]}, b1[2] = {bb[2], bb[3]};
+#pragma unroll
+  for (int mq = 0; mq < MQ; ++mq) {
+    mma16<M>(acc[mq][j], a[mq], b0);
+    mma16<M>(acc[mq][j + 1], a[mq], b1);
+  }
+}
+
 // Two floats -> one 32-bit pair (lo in the low half), round to nearest.
 template <typename M>
 SK_DEVICE u32 pack2(float lo, float hi) {

@@ -283,6 +283,20 @@ SK_ATTN_FN sk_attn_item sk_attn_request_item(const sk_attn_req *r, int request, 
   return it;
 }
 
+// The header a scheduler run leaves (attention/schedule.cuh and its CPU replay).
+SK_ATTN_FN void sk_attn_write_header(int *hdr, int n_items, int chunk_tiles, int n_merge, unsigned flags, int hkv,
+                                     int total_q, int partial_rows, int batch) {
+  hdr[SK_ATTN_HDR_ITEMS] = n_items;
+  hdr[SK_ATTN_HDR_CHUNK_TILES] = chunk_tiles;
+  hdr[SK_ATTN_HDR_MERGE_ROWS] = n_merge;
+  hdr[SK_ATTN_HDR_FLAGS] = (int)flags;
+  hdr[SK_ATTN_HDR_COUNTER] = 0;
+  hdr[SK_ATTN_HDR_UNITS] = n_items * hkv;
+  hdr[SK_ATTN_HDR_TOTAL_Q] = total_q;
+  hdr[SK_ATTN_HDR_PARTIAL_ROWS] = partial_rows;
+  hdr[SK_ATTN_HDR_BATCH] = batch;
+}
+
 // ---- one unit: KV ranges and masks -------------------------------------------------------------------
 typedef struct sk_attn_unit {
   int row0;        /* first packed row of the q tile */

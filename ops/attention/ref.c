@@ -181,15 +181,8 @@ unsigned skref_attn_schedule(const sk_attn_params *p, int dvo, void *scratch) {
   }
   if (n_items > p->max_work_items) flags |= SK_ATTN_ERR_BUDGET, n_items = p->max_work_items;
   if (n_merge > p->max_total_q) n_merge = p->max_total_q;
-  hdr[SK_ATTN_HDR_ITEMS] = n_items;
-  hdr[SK_ATTN_HDR_CHUNK_TILES] = chunk;
-  hdr[SK_ATTN_HDR_MERGE_ROWS] = n_merge;
-  hdr[SK_ATTN_HDR_FLAGS] = (int)flags;
-  hdr[SK_ATTN_HDR_COUNTER] = 0;
-  hdr[SK_ATTN_HDR_UNITS] = n_items * hkv;
-  hdr[SK_ATTN_HDR_TOTAL_Q] = sk_attn_clamp(p->cu_seqlens_q[batch], 0, p->max_total_q);
-  hdr[SK_ATTN_HDR_PARTIAL_ROWS] = n_part;
-  hdr[SK_ATTN_HDR_BATCH] = batch;
+  sk_attn_write_header(hdr, n_items, chunk, n_merge, flags, hkv, sk_attn_clamp(p->cu_seqlens_q[batch], 0, p->max_total_q),
+                       n_part, batch);
   return flags;
 }
 

@@ -198,17 +198,9 @@ __global__ void __launch_bounds__(NT) schedule(const __grid_constant__ sk_attn_p
   }
   if (flags) atomicOr(&s_flags, flags);
   __syncthreads();
-  if (tid == 0) {
-    hdr[SK_ATTN_HDR_ITEMS] = n_items;
-    hdr[SK_ATTN_HDR_CHUNK_TILES] = chunk;
-    hdr[SK_ATTN_HDR_MERGE_ROWS] = n_merge;
-    hdr[SK_ATTN_HDR_FLAGS] = (int)s_flags;
-    hdr[SK_ATTN_HDR_COUNTER] = 0;
-    hdr[SK_ATTN_HDR_UNITS] = n_items * hkv;
-    hdr[SK_ATTN_HDR_TOTAL_Q] = sk_attn_clamp(p.cu_seqlens_q[batch], 0, p.max_total_q);
-    hdr[SK_ATTN_HDR_PARTIAL_ROWS] = tot[1];
-    hdr[SK_ATTN_HDR_BATCH] = batch;
-  }
+  if (tid == 0)
+    sk_attn_write_header(hdr, n_items, chunk, n_merge, s_flags, hkv, sk_attn_clamp(p.cu_seqlens_q[batch], 0, p.max_total_q),
+                         tot[1], batch);
 }
 
 }  // namespace attn

@@ -7,6 +7,7 @@
  * poisoned (0xff) before every run; the device scheduler's work list must equal the CPU replay
  * byte for byte. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,19 @@ static char *dir;
 static void setup(void) { dir = gpu_test_setup("gpuattn"); }
 static void teardown(void) { tu_rmrf(dir); free(dir); }
 
+/* Failing cases are reported and counted; each test fails at its end if any did. */
 static int case_failures;
-#define CASE_FAIL(...)                                                                                                 \
-  do {                                                                                                                 \
-    fprintf(stderr, "MISMATCH " __VA_ARGS__);                                                                          \
-    fputc('\n', stderr);                                                                                               \
-    case_failures++;                                                                                                   \
-  } while (0)
+static void case_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void case_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("MISMATCH ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  case_failures++;
+}
+#define CASE_FAIL case_fail
 
 static int sm_count(void) {
   int n = 0;
@@ -286,6 +293,12 @@ static uint16_t *run_case(skref_rng *rng, uint64_t seed, const skref_attn_spec *
 }
 
 static int rnd(skref_rng *rng, int lo, int hi) { return lo + (int)skref_rng_below(rng, (uint64_t)(hi - lo + 1)); }
+/* A fresh seed (printed; SK_SEED replays it) and the generator seeded with it. */
+static uint64_t seeded(skref_rng *rng, const char *what) {
+  const uint64_t seed = skref_test_seed(what);
+  skref_rng_seed(rng, seed);
+  return seed;
+}
 
 static skref_attn_spec spec_of(int batch, int hq, int hkv, int dqk, int dvo, skref_kv_format f, int page, const int *ql,
                                const int *kl) {
@@ -302,9 +315,8 @@ static const int heads[][2] = {{32, 8}, {8, 1}, {64, 8}, {32, 4}, {12, 2}, {16, 
 
 /* Decode: every head-dim pair, bf16 and FP8 KV, GQA ratios, page sizes, edge-case lengths. */
 Test(gpu_attention, decode_bf16_and_fp8_over_shapes, .init = setup, .fini = teardown, .timeout = 600) {
-  const uint64_t seed = skref_test_seed("gpu attention decode");
   skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  const uint64_t seed = seeded(&rng, "gpu attention decode");
   static const int pages[] = {16, 64, 128};
   int i = 0;
   for (int d = 0; d < 4; d++)
@@ -359,9 +371,8 @@ Test(gpu_attention, split_equals_unsplit_decode, .init = setup, .fini = teardown
 
 /* Windows and sinks (gpt-oss: 64/8, D 64, window 128), fp16 q, Q > 1 with small K. */
 Test(gpu_attention, window_sinks_fp16_and_short_kv, .init = setup, .fini = teardown, .timeout = 600) {
-  const uint64_t seed = skref_test_seed("gpu attention window sinks");
   skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  const uint64_t seed = seeded(&rng, "gpu attention window sinks");
   for (int c = 0; c < 8; c++) {
     int ql[5], kl[5];
     for (int b = 0; b < 5; b++) kl[b] = rnd(&rng, 1, 3000), ql[b] = c < 4 ? 1 : rnd(&rng, 1, kl[b] < 24 ? kl[b] : 24);
@@ -378,9 +389,8 @@ Test(gpu_attention, window_sinks_fp16_and_short_kv, .init = setup, .fini = teard
 
 /* Extend: q_len 8..512 over prefixes up to 4096, 64- and 128-row tiles, bf16 and FP8 KV. */
 Test(gpu_attention, extend_over_prefixes, .init = setup, .fini = teardown, .timeout = 600) {
-  const uint64_t seed = skref_test_seed("gpu attention extend");
   skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  const uint64_t seed = seeded(&rng, "gpu attention extend");
   int i = 0;
   for (int d = 0; d < 4; d++)
     for (int fp8 = 0; fp8 < 2; fp8++)
@@ -404,9 +414,8 @@ Test(gpu_attention, extend_over_prefixes, .init = setup, .fini = teardown, .time
 
 /* Varlen: contiguous K/V, causal / non-causal / windows, GQA, Dv != D, natural-log LSE. */
 Test(gpu_attention, varlen_contiguous, .init = setup, .fini = teardown, .timeout = 600) {
-  const uint64_t seed = skref_test_seed("gpu attention varlen");
   skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  const uint64_t seed = seeded(&rng, "gpu attention varlen");
   for (int c = 0; c < 8; c++) {
     const int d = c % 4, batch = rnd(&rng, 1, 4);
     int ql[4], kl[4];
@@ -425,9 +434,8 @@ Test(gpu_attention, varlen_contiguous, .init = setup, .fini = teardown, .timeout
  * followed by entries naming a NaN page and the cache by NaN bytes, so any read past them
  * poisons the output. Out-of-range page ids are flagged and read as zeros. */
 Test(gpu_attention, clamped_lengths_set_the_flag_and_read_nothing_out_of_bounds, .init = setup, .fini = teardown) {
-  const uint64_t seed = skref_test_seed("gpu attention clamp");
   skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  const uint64_t seed = seeded(&rng, "gpu attention clamp");
   for (int fp8 = 0; fp8 < 2; fp8++) {
     int ql[3] = {1, 1, 1}, kl[3] = {300, 64, 256};
     skref_attn_spec s = spec_of(3, 16, 4, 128, 128, fp8 ? SKREF_KV_E4M3 : SKREF_KV_BF16, 64, ql, kl);
@@ -473,9 +481,8 @@ Test(gpu_attention, clamped_lengths_set_the_flag_and_read_nothing_out_of_bounds,
 /* A decode bucket captured once in a CUDA graph, replayed while cache_seqlens change in place:
  * the device scheduler rebuilds the work list every replay. */
 Test(gpu_attention, graph_replay_follows_live_lengths, .init = setup, .fini = teardown) {
-  const uint64_t seed = skref_test_seed("gpu attention graph");
   skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  const uint64_t seed = seeded(&rng, "gpu attention graph");
   int ql[8], kl[8];
   for (int b = 0; b < 8; b++) ql[b] = 1, kl[b] = 4096;
   skref_attn_spec s = spec_of(8, 32, 8, 128, 128, SKREF_KV_BF16, 64, ql, kl);
