@@ -90,7 +90,7 @@ $(BUILD)/gen/embedded_sources.c: $(BUILD)/bin/sk-embed $(KERNEL_SRCS)
 OP_LIST := $(BUILD)/gen/op_list.h
 $(OP_LIST): $(OP_HOST_SRCS) Makefile
 	@mkdir -p $(@D)
-	@{ printf '#define SK_OP_LIST(X)'; sed -n 's/^const sk_op_def \(sk_op_[a-z0-9_]*\) = .*/ X(\1)/p' $(OP_HOST_SRCS) | \
+	@{ printf '#define SK_OP_LIST(X)'; sed -n 's/^const sk_op_def \(sk_op_[a-z0-9_]*\) =.*/ X(\1)/p' $(OP_HOST_SRCS) | \
 	  sort | tr -d '\n'; echo; } > $@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 $(BUILD)/obj/runtime/registry.o: $(OP_LIST)
 
@@ -98,7 +98,7 @@ $(BUILD)/obj/runtime/registry.o: $(OP_LIST)
 CASE_LIST := $(BUILD)/gen/case_list.h
 $(CASE_LIST): $(CASE_SRCS) Makefile
 	@mkdir -p $(@D)
-	@{ printf '#define SKH_CASE_LIST(X)'; sed -n 's/^const skh_op \(skh_op_[a-z0-9_]*\) = .*/ X(\1)/p' $(CASE_SRCS) | \
+	@{ printf '#define SKH_CASE_LIST(X)'; sed -n 's/^const skh_op \(skh_op_[a-z0-9_]*\) =.*/ X(\1)/p' $(CASE_SRCS) | \
 	  sort | tr -d '\n'; echo; } > $@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 $(BUILD)/obj/tests/harness/harness.o: $(CASE_LIST)
 

@@ -763,15 +763,14 @@ sk_status sk_bind_error(const sk_binding *b, const char *fmt, ...) {
 
 static sk_status tensor_error(const sk_binding *b, const sk_tensor_rule *r, const char *fmt, ...) SK_PRINTF(3, 4);
 static sk_status tensor_error(const sk_binding *b, const sk_tensor_rule *r, const char *fmt, ...) {
-  char prefix[96], msg[384];
-  bind_prefix(b, prefix, sizeof prefix);
+  char msg[384];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   const sk_plan *p = b->plan;
   const size_t i = (size_t)(r - p->def->entries[b->entry].tensors);
-  return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s %s: %s", prefix, r->name, p->shapes[p->rule_base[b->entry] + i], msg);
+  return sk_bind_error(b, "tensor %s %s: %s", r->name, p->shapes[p->rule_base[b->entry] + i], msg);
 }
 
 /* Pass 1: presence, device, dtype, rank, extents; bind the entry's free symbols. */

@@ -8,6 +8,7 @@
 #define SK_OP_INTERNAL_H
 
 #include <stdalign.h>
+#include <stddef.h>
 
 #include "runtime.h"
 #include "sparkinfer/op.h"
@@ -220,6 +221,14 @@ struct sk_op_def {
   sk_status (*bind)(sk_binding *b);
   sk_status (*run)(const sk_binding *b, void *stream);
 };
+
+/* Designated initialisers every definition fills alike: SK_OP_CAPS(caps type, its defaults)
+ * and SK_OP_STATE(plan state type, binding state type). */
+#define SK_OP_CAPS(type, defaults)                                                                 \
+  .caps_size = sizeof(type), .caps_min_size = sizeof(type), .caps_defaults = &(defaults),          \
+  .caps_arch_offset = offsetof(type, arch)
+#define SK_OP_STATE(plan_type, binding_type)                                                       \
+  .plan_state_size = sizeof(plan_type), .binding_state_size = sizeof(binding_type)
 
 /* The registry (runtime/registry.c; the list is generated from ops/<group>/<op>.c). */
 const sk_op_def *sk_find_op(const char *name);

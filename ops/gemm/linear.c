@@ -206,9 +206,7 @@ static const sk_gemm_linear_caps caps_defaults = SK_GEMM_LINEAR_CAPS_INIT;
 #define LINEAR_DEF(kind_, summary, entries_, check_, select_, bind_)                                                 \
   {                                                                                                                 \
     .info = {op_names_literal_##kind_, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                     \
-    .caps_size = sizeof(sk_gemm_linear_caps), .caps_min_size = sizeof(sk_gemm_linear_caps),                          \
-    .caps_defaults = &caps_defaults, .caps_arch_offset = offsetof(sk_gemm_linear_caps, arch),                        \
-    .plan_state_size = sizeof(linear_state), .binding_state_size = sizeof(linear_bound),                             \
+    SK_OP_CAPS(sk_gemm_linear_caps, caps_defaults), SK_OP_STATE(linear_state, linear_bound),                        \
     .num_kernels = GEMM_MAX_REGIMES + 1, .entries = entries_, .num_entries = 1, .is_supported = linear_supported,    \
     .check_caps = check_, .caps_from_json = caps_from_json, .caps_to_json = caps_to_json, .select = select_,         \
     .finish = finish, .bind = bind_, .run = run_common,                                                             \

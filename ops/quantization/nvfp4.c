@@ -38,24 +38,5 @@ static sk_status run(const sk_binding *b, void *stream) {
                              SK_LAUNCH_OVERLAP_PREVIOUS);
 }
 
-const sk_op_def sk_op_quantization_nvfp4 = {
-    .info = {"quantization.nvfp4", SK_OP_PLANNED,
-             "BF16/FP16 rows -> NVFP4 (E2M1 + E4M3 per 16 + fp32 global scale), swizzled or row-major scales",
-             "sm_89+,sm_90a,sm_120a,sm_121a"},
-    .caps_size = sizeof(sk_quant_caps),
-    .caps_min_size = sizeof(sk_quant_caps),
-    .caps_defaults = &quant_caps_defaults,
-    .caps_arch_offset = offsetof(sk_quant_caps, arch),
-    .plan_state_size = sizeof(quant_plan_state),
-    .binding_state_size = sizeof(quant_bound),
-    .num_kernels = QK_COUNT,
-    .entries = entries,
-    .num_entries = 1,
-    .is_supported = quant_is_supported,
-    .check_caps = check,
-    .caps_from_json = quant_caps_from_json,
-    .caps_to_json = quant_caps_to_json,
-    .select = select_kernels,
-    .bind = quant_bind,
-    .run = run,
-};
+const sk_op_def sk_op_quantization_nvfp4 =
+    QUANT_OP_DEF("quantization.nvfp4", "BF16/FP16 rows -> NVFP4 (E2M1 + E4M3 per 16 + fp32 global scale), swizzled or row-major scales", entries, check, select_kernels, run);

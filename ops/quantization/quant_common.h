@@ -52,4 +52,14 @@ sk_status quant_bind(sk_binding *b);
  * sm_count <= 0 = 128. gemm.mxfp8_linear launches the mxfp8 rows kernel with it too. */
 sk_dim3 quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, int sm_count);
 
+/* The definition of one quantizer (nvfp4.c, mxfp8.c): what differs is named. */
+#define QUANT_OP_DEF(name, summary, entries_, check_, select_, run_)                                \
+  {                                                                                                \
+    .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                       \
+    SK_OP_CAPS(sk_quant_caps, quant_caps_defaults), SK_OP_STATE(quant_plan_state, quant_bound),     \
+    .num_kernels = QK_COUNT, .entries = entries_, .num_entries = 1, .is_supported = quant_is_supported, \
+    .check_caps = check_, .caps_from_json = quant_caps_from_json, .caps_to_json = quant_caps_to_json, \
+    .select = select_, .bind = quant_bind, .run = run_,                                             \
+  }
+
 #endif
