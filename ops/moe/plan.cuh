@@ -284,3 +284,32 @@ SK_MOE_FN int sk_moe_scratch_layout(const sk_moe_dims* d, sk_moe_scratch* s) {
   s->max_rows = max_rows;
   return 0;
 }
+
+// ---- kernel arguments ------------------------------------------------------------------------
+// Every moe kernel takes this one struct by value (cuLaunchKernel: args = {&params}); each uses
+// the fields its launch contract names. Same layout in C and CUDA (pointers, 8-byte integers,
+// then 4-byte ones).
+typedef struct sk_moe_params {
+  const void* x;                  // BF16 [m, K], rows of K elements (16-byte aligned)
+  const void* topk_ids;           // int32 or int64 [m, topk]
+  const float* topk_weights;      // fp32 [m, topk]
+  const int* expert_map;          // int32 [e_global]: local id or -1; NULL = identity
+  const unsigned char* w1_codes;  // prepared [E][R1p][Kp/2]
+  const unsigned char* w1_scales; // [E][sk_moe_w1_scale_bytes]
+  const unsigned char* w2_codes;  // [E][K][Np/2]
+  const unsigned char* w2_scales; // [E][sk_moe_w2_scale_bytes]
+  const float* w1_gs;             // [E] NVFP4 weight global scales (NULL = 1)
+  const float* w2_gs;
+  const float* a1_gs;             // [E] W4A4 activation global scales
+  const float* a2_gs;
+  const void* logits;             // route_topk: fp32 or BF16 [m, e_global]
+  void* out;                      // BF16 [m, K]
+  unsigned char* scratch;         // base of the scratch buffer
+  sk_moe_scratch s;               // region offsets (sk_moe_scratch_layout)
+  long long m;                    // tokens of this run
+  int topk, ids_int64, e, e_global, k, n;  // n unpadded; Np, Kp derived
+  int apply_on_input;             // router weight on the FC1 input instead of the output
+  int topk_mode;                  // route_topk: SK_MOE_TOPK_*
+  float limit, alpha, beta;       // activation parameters (limit +inf: no clamp)
+  int pad_;
+} sk_moe_params;
