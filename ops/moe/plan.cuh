@@ -311,5 +311,5 @@ typedef struct sk_moe_params {
   int apply_on_input;             // router weight on the FC1 input instead of the output
   int topk_mode;                  // route_topk: SK_MOE_TOPK_*
   float limit, alpha, beta;       // activation parameters (limit +inf: no clamp)
-  int pad_;
+  int combine;                    // grouped: SK_MOE_COMBINE_* (must match the layout's)
 } sk_moe_params;
