@@ -6,6 +6,7 @@
 
 #include "common/defs.cuh"
 #include "common/numeric.cuh"
+#include "moe/e2m1_bf16.cuh"
 #include "moe/plan.cuh"
 #include "quantization/nvfp4.cuh"  // nvfp4_quantize8, kNvfp4Rcp6
 
@@ -35,21 +36,8 @@ SK_DEVICE int local_expert(const sk_moe_params& p, long long r, u32& err) {
   return l;
 }
 
-// ---- E2M1 -> BF16 (W4A16) -----------------------------------------------------------------
-// Eight E2M1 codes (byte j = elements 2j (low nibble), 2j+1) -> four bf16x2 p[j] = {elem 2j, elem
-// 2j+1} holding value * 2^-126 exactly: the magnitude bits (e1 e0 m) land on bf16 bits 8..6 (the
-// exponent's two low bits and the mantissa's top bit; e = 0 is a bf16 subnormal, m/2 * 2^-126),
-// the sign on bit 15. z_j = {low nibble, 0, high nibble, 0} (one byte permute of the nibble
-// splits, whose masked bytes replicate a zero sign bit for the 0 bytes); z * (2^6 + 2^12) puts
-// copies of each nibble at +6 and +12 without overlap, and the mask keeps bits 6..8 of the first
-// and bit 15 (the nibble's sign) of the second. 15 integer ops per 8 codes.
-SK_DEVICE void e2m1x8_to_bf16x2_raw(u32 w, u32 (&p)[4]) {
-  const u32 lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-  p[0] = (__byte_perm(lo, hi, 0xC480u) * 0x1040u) & 0x81C081C0u;
-  p[1] = (__byte_perm(lo, hi, 0xD591u) * 0x1040u) & 0x81C081C0u;
-  p[2] = (__byte_perm(lo, hi, 0xE6A2u) * 0x1040u) & 0x81C081C0u;
-  p[3] = (__byte_perm(lo, hi, 0xF7B3u) * 0x1040u) & 0x81C081C0u;
-}
+// ---- E2M1 -> BF16 (W4A16): moe/e2m1_bf16.cuh ------------------------------------------------
+SK_DEVICE void e2m1x8_to_bf16x2_raw(u32 w, u32 (&p)[4]) { sk_moe_e2m1x8_to_bf16x2_raw(w, p); }
 
 SK_DEVICE u32 bf16x2_mul(u32 a, u32 b) {
   u32 d;

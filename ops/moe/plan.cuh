@@ -207,6 +207,7 @@ typedef struct sk_moe_dims {
   int sms;              // multiprocessors (grid of the micro kernels)
   int sm120;            // the grouped W4A4 kernels are the SM120 ones
   int combine;          // SK_MOE_COMBINE_* of the grouped regime
+  int bm;               // grouped M tile: 0 = sk_moe_grouped_bm (else 16, 32, 64 or 128)
 } sk_moe_dims;
 
 typedef struct sk_moe_scratch {
@@ -253,7 +254,8 @@ SK_MOE_FN int sk_moe_scratch_layout(const sk_moe_dims* d, sk_moe_scratch* s) {
   const int grid = sk_moe_micro_grid(d->sms);
   const long long tiles1 = sk_moe_micro_tiles_fc1(d->act, (int)np), tiles2 = sk_moe_micro_tiles_fc2(d->k);
   const long long routes = d->max_tokens * d->topk;
-  const int bm = sk_moe_grouped_bm(routes, d->e, d->sm120 && d->recipe == SK_MOE_W4A4);
+  const int bm = d->bm ? d->bm : sk_moe_grouped_bm(routes, d->e, d->sm120 && d->recipe == SK_MOE_W4A4);
+  if (bm != 16 && bm != 32 && bm != 64 && bm != 128) return -1;
   const long long max_tiles = sk_moe_grouped_max_tiles(routes, d->e, bm), max_rows = max_tiles * bm;
   const int w4a4 = d->recipe == SK_MOE_W4A4;
   long long at = 0;
@@ -313,3 +315,65 @@ typedef struct sk_moe_params {
   float limit, alpha, beta;       // activation parameters (limit +inf: no clamp)
   int combine;                    // grouped: SK_MOE_COMBINE_* (must match the layout's)
 } sk_moe_params;
+
+// ---- launch sequence (host C only) -----------------------------------------------------------
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#include <stdio.h>
+// One kernel launch of a run: embedded source, name expression, grid, block, dynamic shared memory.
+// Every moe kernel takes (sk_moe_params) by value and may be launched overlapped with the previous
+// kernel (programmatic dependent launch: each waits first); smem > 48 KB needs the opt-in.
+typedef struct sk_moe_launch {
+  const char* source;
+  char name[96];
+  unsigned grid[3], block, smem;
+} sk_moe_launch;
+
+// The launches of one run of m tokens in `regime` (SK_MOE_REGIME_*), in order; returns their count
+// (<= 6) or -1 (m outside the plan, micro with m > 8, W4A4 with MXFP4 weights).
+static inline int sk_moe_launch_sequence(const sk_moe_dims* d, const sk_moe_scratch* s, long long m, int regime,
+                                         sk_moe_launch* out) {
+  if (m < 1 || m > d->max_tokens || (regime == SK_MOE_REGIME_MICRO && m > SK_MOE_MICRO_MAX_TOKENS) ||
+      (d->recipe == SK_MOE_W4A4 && d->wfmt != SK_MOE_WFMT_NVFP4))
+    return -1;
+  const int np = (int)sk_moe_padded(d->n);
+  int n = 0;
+#define SK_MOE_L(src, gx, gy, blk, sm, ...)                                               \
+  do {                                                                                    \
+    out[n].source = src;                                                                  \
+    snprintf(out[n].name, sizeof out[n].name, __VA_ARGS__);                               \
+    out[n].grid[0] = (unsigned)(gx), out[n].grid[1] = (unsigned)(gy), out[n].grid[2] = 1; \
+    out[n].block = (unsigned)(blk), out[n].smem = (unsigned)(sm);                         \
+    n++;                                                                                  \
+  } while (0)
+  if (regime == SK_MOE_REGIME_MICRO) {
+    SK_MOE_L("moe/micro.cuh", s->micro_grid, 1, 32 * SK_MOE_MICRO_WARPS, 0, "sk::moe::micro_fc1<%d, %d, %d>", d->recipe,
+             d->wfmt, d->act);
+    SK_MOE_L("moe/micro.cuh", s->micro_grid, 1, 32 * SK_MOE_MICRO_WARPS, 0, "sk::moe::micro_fc2<%d, %d>", d->recipe, d->wfmt);
+    return n;
+  }
+  const int bm = s->bm, wm = sk_moe_grouped_warps_m(bm), threads = 32 * wm * sk_moe_grouped_warps_n(bm);
+  const int sm120 = d->sm120 && d->recipe == SK_MOE_W4A4;
+  const int gated = sk_moe_gated(d->act);
+  SK_MOE_L("moe/route.cuh", 1, 1, SK_MOE_PACK_THREADS, 0, "sk::moe::route_pack");
+  if (d->recipe == SK_MOE_W4A4)
+    SK_MOE_L("moe/route.cuh", sk_moe_cdiv(s->max_rows, 8), 1, 256, 0, "sk::moe::pack_quant");
+  for (int phase = 1; phase <= 2; phase++) {
+    const long long gx = phase == 1 ? sk_moe_grouped_fc1_ntiles(d->act, np) : sk_moe_grouped_fc2_ntiles(d->k);
+    const int mode = phase == 1 ? 0 : d->combine, act = phase == 1 ? d->act : 0;
+    if (sm120) {
+      SK_MOE_L("moe/grouped_sm120.cuh", gx, s->max_tiles, 32 * (bm <= 32 ? 1 : 2) * 4,
+               sk_moe_sm120_smem_bytes(bm, SK_MOE_GROUPED_BN, 4), "sk::moe::grouped_sm120<%d, %d, %d, %d, %d>", phase, act,
+               bm, bm <= 32 ? 1 : 2, mode);
+    } else {
+      const unsigned smem = d->recipe == SK_MOE_W4A16
+                                ? (unsigned)sk_moe_w4a16_smem_bytes(bm, SK_MOE_GROUPED_BN, 4)
+                                : (unsigned)sk_moe_w4a4_smem_bytes(bm, SK_MOE_GROUPED_BN, phase == 1 && gated ? 2 : 1, 3);
+      SK_MOE_L("moe/grouped.cuh", gx, s->max_tiles, threads, smem, "sk::moe::grouped_gemm<%d, %d, %d, %d, %d, %d, %d>",
+               phase, d->recipe, d->wfmt, act, bm, wm, mode);
+    }
+  }
+  SK_MOE_L("moe/grouped.cuh", sk_moe_cdiv(m * d->k / 8, 256), 1, 256, 0, "sk::moe::combine");
+#undef SK_MOE_L
+  return n;
+}
+#endif
