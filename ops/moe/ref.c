@@ -15,31 +15,36 @@ static double scale_value(int wfmt, uint8_t code) {
   return wfmt == SK_MOE_WFMT_NVFP4 ? skref_e4m3_decode((uint8_t)(code & 0x7F)) : skref_e8m0_decode(code);
 }
 
-/* Code and scale of element (row, col) of a prepared [rows, cols] FP4 matrix. */
-static double fp4_elem(const uint8_t *codes, const uint8_t *scales, int wfmt, long long row, long long col, long long cols,
-                       uint8_t *scale_code) {
-  const uint8_t byte = codes[row * (cols / 2) + col / 2];
-  const uint8_t sc = scales[sk_moe_swizzled_offset(row, col / sk_moe_scale_vec(wfmt), cols / sk_moe_scale_vec(wfmt))];
-  if (scale_code) *scale_code = sc;
-  return skref_e2m1_decode((uint8_t)(col & 1 ? byte >> 4 : byte & 15)) * scale_value(wfmt, sc);
+static const double kE2m1[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+
+/* Prepared [rows, cols] FP4 matrix -> double (code x block scale x gs), row-major; scale_codes
+ * (optional): the block scale byte of every (row, block), row-major [rows][cols / vec]. */
+static void dequant_matrix(const uint8_t *codes, const uint8_t *scales, int wfmt, long long rows, long long cols, double gs,
+                           double *out, uint8_t *scale_codes) {
+  const int vec = sk_moe_scale_vec(wfmt);
+  for (long long r = 0; r < rows; r++)
+    for (long long b = 0; b < cols / vec; b++) {
+      const uint8_t sc = scales[sk_moe_swizzled_offset(r, b, cols / vec)];
+      if (scale_codes) scale_codes[r * (cols / vec) + b] = sc;
+      const double s = scale_value(wfmt, sc) * gs;
+      for (int i = 0; i < vec; i += 2) {
+        const uint8_t byte = codes[r * (cols / 2) + (b * vec + i) / 2];
+        out[r * cols + b * vec + i] = kE2m1[byte & 15] * s;
+        out[r * cols + b * vec + i + 1] = kE2m1[byte >> 4] * s;
+      }
+    }
 }
 
 void skref_moe_dequant_w1(const skref_moe_weights *w, int e, int with_gs, double *out) {
   const long long np = sk_moe_padded(w->n), kp = sk_moe_padded(w->k), rows = sk_moe_w1_rows(w->act, np);
-  const uint8_t *c = w->w1_codes + e * sk_moe_w1_code_bytes(w->act, np, kp);
-  const uint8_t *s = w->w1_scales + e * sk_moe_w1_scale_bytes(w->act, w->wfmt, np, kp);
-  const double gs = with_gs && w->w1_gs ? w->w1_gs[e] : 1.0;
-  for (long long r = 0; r < rows; r++)
-    for (long long col = 0; col < kp; col++) out[r * kp + col] = fp4_elem(c, s, w->wfmt, r, col, kp, NULL) * gs;
+  dequant_matrix(w->w1_codes + e * sk_moe_w1_code_bytes(w->act, np, kp), w->w1_scales + e * sk_moe_w1_scale_bytes(w->act, w->wfmt, np, kp),
+                 w->wfmt, rows, kp, with_gs && w->w1_gs ? w->w1_gs[e] : 1.0, out, NULL);
 }
 
 void skref_moe_dequant_w2(const skref_moe_weights *w, int e, int with_gs, double *out) {
   const long long np = sk_moe_padded(w->n);
-  const uint8_t *c = w->w2_codes + e * sk_moe_w2_code_bytes(w->k, np);
-  const uint8_t *s = w->w2_scales + e * sk_moe_w2_scale_bytes(w->wfmt, w->k, np);
-  const double gs = with_gs && w->w2_gs ? w->w2_gs[e] : 1.0;
-  for (long long r = 0; r < w->k; r++)
-    for (long long col = 0; col < np; col++) out[r * np + col] = fp4_elem(c, s, w->wfmt, r, col, np, NULL) * gs;
+  dequant_matrix(w->w2_codes + e * sk_moe_w2_code_bytes(w->k, np), w->w2_scales + e * sk_moe_w2_scale_bytes(w->wfmt, w->k, np), w->wfmt,
+                 w->k, np, with_gs && w->w2_gs ? w->w2_gs[e] : 1.0, out, NULL);
 }
 
 int skref_moe_local_expert(const skref_moe_routes *rt, int e_local, size_t r, unsigned *err) {
@@ -124,23 +129,23 @@ static void quantize_row(const float *v, long long n, float gs, uint8_t *codes, 
   for (long long b = 0; b < n / 16; b++) scales[b] = skref_nvfp4_quantize_block(v + 16 * b, gs, codes + 8 * b);
 }
 
-/* fp32(sum_c Wq[row, c] * Aq[c]) with Wq prepared (codes, swizzled scales of [rows, cols]) and Aq
+/* fp32(sum_c Wq[row, c] * Aq[c]), Wq dequantized (code x block scale, wsc its scale codes) and Aq
  * (codes, row-major scales); counts a dot product the fp32 kernels could miss in *inexact. */
-static float exact_dot(const uint8_t *wc, const uint8_t *ws, long long row, long long cols, const uint8_t *ac,
-                       const uint8_t *as, long long *inexact) {
+static float exact_dot(const double *wq, const uint8_t *wsc, long long row, long long cols, const uint8_t *ac, const uint8_t *as,
+                       long long *inexact) {
   double sum = 0, abs_sum = 0, grid = INFINITY;
+  const double *w = wq + row * cols;
   for (long long b = 0; b < cols / 16; b++) {
-    uint8_t wsc;
     double part = 0, part_abs = 0;
+    const double sa = skref_e4m3_decode(as[b]);
     for (int i = 0; i < 16; i++) {
       const long long c = 16 * b + i;
-      const double wv = fp4_elem(wc, ws, SK_MOE_WFMT_NVFP4, row, c, cols, &wsc);
       const uint8_t ab = ac[c / 2];
-      const double av = skref_e2m1_decode((uint8_t)(c & 1 ? ab >> 4 : ab & 15)) * skref_e4m3_decode(as[b]);
-      part += wv * av;
-      part_abs += fabs(wv * av);
+      const double p = w[c] * kE2m1[c & 1 ? ab >> 4 : ab & 15] * sa;
+      part += p;
+      part_abs += fabs(p);
     }
-    if (part_abs > 0) grid = fmin(grid, 0.25 * e4m3_lsb(wsc) * e4m3_lsb(as[b]));
+    if (part_abs > 0) grid = fmin(grid, 0.25 * e4m3_lsb(wsc[row * (cols / 16) + b]) * e4m3_lsb(as[b]));
     sum += part;
     abs_sum += part_abs;
   }
@@ -150,39 +155,47 @@ static float exact_dot(const uint8_t *wc, const uint8_t *ws, long long row, long
 
 unsigned skref_moe_nvfp4_trace(const skref_moe_weights *w, const skref_moe_routes *rt, const skref_moe_act_params *ap,
                                const uint16_t *x, uint16_t *out, long long *inexact) {
-  const long long np = sk_moe_padded(w->n), kp = sk_moe_padded(w->k), K = w->k;
+  const long long np = sk_moe_padded(w->n), kp = sk_moe_padded(w->k), K = w->k, rows1 = sk_moe_w1_rows(w->act, np);
   const size_t routes = (size_t)rt->m * rt->topk;
   unsigned err = 0;
   if (inexact) *inexact = 0;
   float *xv = malloc(sizeof(float) * kp), *iv = malloc(sizeof(float) * np), *down = malloc(sizeof(float) * routes * K);
-  float *h = malloc(sizeof(float) * 2 * np);
+  float *h = malloc(sizeof(float) * rows1);
+  double *w1 = malloc(sizeof(double) * rows1 * kp), *w2 = malloc(sizeof(double) * K * np);
+  uint8_t *w1sc = malloc((size_t)(rows1 * kp / 16)), *w2sc = malloc((size_t)(K * np / 16));
   uint8_t *xc = malloc(kp / 2), *xs = malloc(kp / 16), *ic = malloc(np / 2), *is = malloc(np / 16);
   int *local = malloc(routes * sizeof *local);
-  for (size_t r = 0; r < routes; r++) {
-    local[r] = skref_moe_local_expert(rt, w->e, r, &err);
-    const int e = local[r];
-    if (e < 0) continue;
-    const size_t t = r / rt->topk;
-    const float wr = rt->weights[r];
-    for (long long c = 0; c < kp; c++) {
-      const float v = c < K ? skref_bf16_to_float(x[t * K + c]) : 0.0f;
-      xv[c] = rt->apply_on_input ? v * wr : v;
+  for (size_t r = 0; r < routes; r++) local[r] = skref_moe_local_expert(rt, w->e, r, &err);
+  for (int e = 0; e < w->e; e++) {
+    int loaded = 0;
+    for (size_t r = 0; r < routes; r++) {
+      if (local[r] != e) continue;
+      if (!loaded) {
+        dequant_matrix(w->w1_codes + e * sk_moe_w1_code_bytes(w->act, np, kp),
+                       w->w1_scales + e * sk_moe_w1_scale_bytes(w->act, SK_MOE_WFMT_NVFP4, np, kp), SK_MOE_WFMT_NVFP4, rows1, kp, 1.0,
+                       w1, w1sc);
+        dequant_matrix(w->w2_codes + e * sk_moe_w2_code_bytes(K, np), w->w2_scales + e * sk_moe_w2_scale_bytes(SK_MOE_WFMT_NVFP4, K, np),
+                       SK_MOE_WFMT_NVFP4, K, np, 1.0, w2, w2sc);
+        loaded = 1;
+      }
+      const size_t t = r / rt->topk;
+      const float wr = rt->weights[r];
+      for (long long c = 0; c < kp; c++) {
+        const float v = c < K ? skref_bf16_to_float(x[t * K + c]) : 0.0f;
+        xv[c] = rt->apply_on_input ? v * wr : v;
+      }
+      quantize_row(xv, kp, w->a1_gs[e], xc, xs);
+      const float alpha1 = (w->w1_gs ? w->w1_gs[e] : 1.0f) / w->a1_gs[e];
+      for (long long i = 0; i < rows1; i++) h[i] = exact_dot(w1, w1sc, i, kp, xc, xs, inexact) * alpha1;
+      for (long long i = 0; i < np; i++) {
+        const float a = sk_moe_gated(w->act) ? sk_moe_act(w->act, h[np + i], h[i], ap->limit, ap->alpha, ap->beta)
+                                             : sk_moe_act(w->act, h[i], 0.0f, ap->limit, ap->alpha, ap->beta);
+        iv[i] = skref_bf16_to_float(skref_float_to_bf16(a));
+      }
+      quantize_row(iv, np, w->a2_gs[e], ic, is);
+      const float alpha2 = (w->w2_gs ? w->w2_gs[e] : 1.0f) / w->a2_gs[e];
+      for (long long c = 0; c < K; c++) down[r * K + c] = exact_dot(w2, w2sc, c, np, ic, is, inexact) * alpha2;
     }
-    quantize_row(xv, kp, w->a1_gs[e], xc, xs);
-    const uint8_t *w1c = w->w1_codes + e * sk_moe_w1_code_bytes(w->act, np, kp);
-    const uint8_t *w1s = w->w1_scales + e * sk_moe_w1_scale_bytes(w->act, SK_MOE_WFMT_NVFP4, np, kp);
-    const float alpha1 = (w->w1_gs ? w->w1_gs[e] : 1.0f) / w->a1_gs[e];
-    for (long long i = 0; i < sk_moe_w1_rows(w->act, np); i++) h[i] = exact_dot(w1c, w1s, i, kp, xc, xs, inexact) * alpha1;
-    for (long long i = 0; i < np; i++) {
-      const float a = sk_moe_gated(w->act) ? sk_moe_act(w->act, h[np + i], h[i], ap->limit, ap->alpha, ap->beta)
-                                           : sk_moe_act(w->act, h[i], 0.0f, ap->limit, ap->alpha, ap->beta);
-      iv[i] = skref_bf16_to_float(skref_float_to_bf16(a));
-    }
-    quantize_row(iv, np, w->a2_gs[e], ic, is);
-    const uint8_t *w2c = w->w2_codes + e * sk_moe_w2_code_bytes(K, np);
-    const uint8_t *w2s = w->w2_scales + e * sk_moe_w2_scale_bytes(SK_MOE_WFMT_NVFP4, K, np);
-    const float alpha2 = (w->w2_gs ? w->w2_gs[e] : 1.0f) / w->a2_gs[e];
-    for (long long c = 0; c < K; c++) down[r * K + c] = exact_dot(w2c, w2s, c, np, ic, is, inexact) * alpha2;
   }
   for (int t = 0; t < rt->m; t++)
     for (long long c = 0; c < K; c++) {
@@ -195,7 +208,8 @@ unsigned skref_moe_nvfp4_trace(const skref_moe_weights *w, const skref_moe_route
       }
       out[t * K + c] = skref_float_to_bf16(acc);
     }
-  free(xv), free(iv), free(down), free(h), free(xc), free(xs), free(ic), free(is), free(local);
+  free(xv), free(iv), free(down), free(h), free(w1), free(w2), free(w1sc), free(w2sc);
+  free(xc), free(xs), free(ic), free(is), free(local);
   return err;
 }
 
@@ -260,7 +274,10 @@ static void random_matrix(skref_rng *rng, int wfmt, int mode, long long rows, lo
   memset(scales, wfmt == SK_MOE_WFMT_NVFP4 ? 0x38 : 127, (size_t)sk_moe_swizzled_bytes(rows, cols / vec));
   for (long long r = 0; r < rows; r++) {
     if (!(r < used_rows_a || (r >= gap && r < gap + used_rows_b))) continue;
-    for (long long c = 0; c < used_cols / 2; c++) codes[r * (cols / 2) + c] = (uint8_t)skref_rng_below(rng, 256);
+    for (long long c = 0; c < used_cols / 2; c += 8) {
+      const uint64_t v = skref_rng_u64(rng);
+      for (int i = 0; i < 8 && c + i < used_cols / 2; i++) codes[r * (cols / 2) + c + i] = (uint8_t)(v >> (8 * i));
+    }
     for (long long b = 0; b < used_cols / vec; b++) scales[sk_moe_swizzled_offset(r, b, cols / vec)] = random_scale(rng, wfmt, mode);
   }
 }

@@ -13,6 +13,7 @@
 #include "moe/plan.cuh"
 #include "moe/prep.h"
 #include "moe/ref.h"
+#include "sparkinfer/gemm.h"
 #include "sparkinfer/jit.h"
 
 static char *dir;
@@ -321,7 +322,7 @@ Test(gpu_moe, w4a16_micro_and_grouped, .init = setup, .fini = teardown, .timeout
   /* micro: m = 1, 2, 8; E from 1 to 512; top-k 1 .. 10; both weight formats, every activation */
   const struct { int wfmt, act, e, k, n, topk, m; } micro[] = {
       {0, 0, 1, 256, 128, 1, 1},     {0, 0, 512, 512, 256, 10, 1}, {0, 0, 128, 1024, 256, 8, 2},
-      {1, 2, 128, 2880, 2880, 4, 1}, {0, 1, 64, 768, 384, 6, 8},   {1, 0, 32, 512, 768, 8, 8},
+      {1, 2, 8, 2880, 2880, 4, 1}, {0, 1, 64, 768, 384, 6, 8},   {1, 0, 32, 512, 768, 8, 8},
       {0, 2, 16, 2880, 256, 4, 3},
   };
   for (size_t i = 0; i < sizeof micro / sizeof micro[0]; i++)
@@ -577,4 +578,156 @@ Test(gpu_moe, route_topk_matches_reference, .init = setup, .fini = teardown, .ti
         CUDA_OK(cudaFree(dids));
         CUDA_OK(cudaFree(dw));
       }
+}
+
+/* ---- timing (SK_MOE_BENCH=1 only) -------------------------------------------------------------- */
+/* Average µs of `iters` runs of the launch sequence, cycling over `sets` routings. */
+static double time_seq(const sk_moe_launch *seq, int nl, sk_moe_params *ps, int sets, int iters) {
+  sk_kernel *kern[8];
+  for (int i = 0; i < nl; i++) {
+    kern[i] = resolve(seq[i].source, seq[i].name);
+    if (seq[i].smem > 48 * 1024) SK_OK_OR_FAIL(sk_kernel_set_max_dynamic_shared(kern[i], seq[i].smem));
+  }
+  cudaEvent_t a, b;
+  CUDA_OK(cudaEventCreate(&a));
+  CUDA_OK(cudaEventCreate(&b));
+  for (int it = -3; it < iters; it++) {
+    if (it == 0) CUDA_OK(cudaEventRecord(a, NULL));
+    for (int i = 0; i < nl; i++) {
+      void *args[] = {&ps[(it + 3) % sets]};
+      SK_OK_OR_FAIL(sk_kernel_launch_ex(kern[i], (sk_dim3){seq[i].grid[0], seq[i].grid[1], 1}, (sk_dim3){seq[i].block, 1, 1}, seq[i].smem,
+                                        NULL, args, SK_LAUNCH_OVERLAP_PREVIOUS));
+    }
+  }
+  CUDA_OK(cudaEventRecord(b, NULL));
+  CUDA_OK(cudaEventSynchronize(b));
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+  CUDA_OK(cudaEventDestroy(a));
+  CUDA_OK(cudaEventDestroy(b));
+  return 1000.0 * ms / iters;
+}
+
+/* One model shape: E experts of random weights (never read back), `sets` random routings. */
+static void bench_shape(const char *name, int recipe, int wfmt, int act, int e, int k, int n, int topk, int m, skref_rng *rng) {
+  moe_case c = base_case(recipe, wfmt, act, e, k, n, topk, m, sk_moe_regime(m));
+  c.a_gs_base = 64.0f, c.combine = SK_MOE_COMBINE_ATOMIC;
+  sk_moe_prepared_sizes sz;
+  cr_assert_eq(sk_moe_prepared_sizes_of(wfmt, act, n, k, &sz), SK_OK);
+  const size_t per_expert = sz.w1_codes + sz.w1_scales + sz.w2_codes + sz.w2_scales;
+  dev_weights dw;
+  void **slots[4] = {&dw.w1c, &dw.w1s, &dw.w2c, &dw.w2s};
+  const size_t bytes[4] = {sz.w1_codes, sz.w1_scales, sz.w2_codes, sz.w2_scales};
+  for (int i = 0; i < 4; i++) {
+    CUDA_OK(cudaMalloc(slots[i], bytes[i] * e));
+    CUDA_OK(cudaMemset(*slots[i], wfmt == SK_MOE_WFMT_NVFP4 && (i & 1) ? 0x38 : 0x77, bytes[i] * e));
+  }
+  float *gs = malloc(4 * e);
+  for (int i = 0; i < e; i++) gs[i] = i & 1 ? 64.0f : 1.0f;
+  dw.w1gs = gpu_upload(gs, 4 * e), dw.w2gs = gpu_upload(gs, 4 * e), dw.a1gs = gpu_upload(gs, 4 * e), dw.a2gs = gpu_upload(gs, 4 * e);
+  const int sets = 8;
+  const size_t nx = (size_t)m * k, nr = (size_t)m * topk;
+  uint16_t *x = malloc(2 * nx);
+  skref_fill_normal(rng, x, nx, SKREF_BF16, 1.0f, 0.0, 1.0f);
+  void *dx = gpu_upload(x, 2 * nx);
+  int64_t *ids = malloc(8 * nr);
+  int32_t *ids32 = malloc(4 * nr);
+  float *wts = malloc(4 * nr);
+  sk_moe_dims dims = {m, topk, e, k, n, act, recipe, wfmt, sm_count(), 0, c.combine, 0};
+  sk_moe_scratch s;
+  cr_assert_eq(sk_moe_scratch_layout(&dims, &s), 0);
+  sk_moe_launch seq[8];
+  const int nl = sk_moe_launch_sequence(&dims, &s, m, c.regime, seq);
+  void *scratch = gpu_zeroed((size_t)s.total), *dout = gpu_zeroed(nx * 2);
+  sk_moe_params ps[8];
+  void *dids[8], *dwts[8];
+  double active_bytes = 0;
+  for (int i = 0; i < sets; i++) {
+    random_routes(rng, m, topk, e, ids, wts);
+    char *used = calloc((size_t)e, 1);
+    for (size_t r = 0; r < nr; r++) ids32[r] = (int32_t)ids[r], used[ids[r]] = 1;
+    for (int x2 = 0; x2 < e; x2++) active_bytes += used[x2] ? (double)per_expert / sets : 0;
+    free(used);
+    dids[i] = gpu_upload(ids32, 4 * nr), dwts[i] = gpu_upload(wts, 4 * nr);
+    sk_moe_params p = {0};
+    p.x = dx, p.topk_ids = dids[i], p.topk_weights = dwts[i];
+    p.w1_codes = dw.w1c, p.w1_scales = dw.w1s, p.w2_codes = dw.w2c, p.w2_scales = dw.w2s;
+    p.w1_gs = wfmt == SK_MOE_WFMT_NVFP4 ? dw.w1gs : NULL, p.w2_gs = wfmt == SK_MOE_WFMT_NVFP4 ? dw.w2gs : NULL;
+    p.a1_gs = dw.a1gs, p.a2_gs = dw.a2gs, p.out = dout, p.scratch = scratch, p.s = s, p.m = m;
+    p.topk = topk, p.e = e, p.e_global = e, p.k = k, p.n = n, p.limit = c.limit, p.alpha = c.alpha, p.beta = c.beta;
+    p.combine = c.combine;
+    ps[i] = p;
+  }
+  const double us = time_seq(seq, nl, ps, sets, 40);
+  const double flops = 2.0 * (double)nr * ((double)sk_moe_w1_rows(act, sk_moe_padded(n)) * k + (double)k * n);
+  fprintf(stderr, "BENCH %-28s %s m %5d: %8.2f us  active weights %7.2f MB -> %6.0f GB/s  %6.1f TFLOP/s\n", name,
+          recipe ? "w4a4 " : "w4a16", m, us, active_bytes / 1e6, active_bytes / us / 1e3, flops / us / 1e6);
+  for (int i = 0; i < sets; i++) {
+    CUDA_OK(cudaFree(dids[i]));
+    CUDA_OK(cudaFree(dwts[i]));
+  }
+  weights_dev_free(&dw);
+  CUDA_OK(cudaFree(dx));
+  CUDA_OK(cudaFree(scratch));
+  CUDA_OK(cudaFree(dout));
+  free(gs), free(x), free(ids), free(ids32), free(wts);
+}
+
+/* gemm.blockscaled nvfp4 through sk_gemm_mm at M x N x K (its own kernel choice), µs per call. */
+static void bench_gemm(int64_t m, int64_t n, int64_t k) {
+  const size_t ac = (size_t)(m * k / 2), bc = (size_t)(n * k / 2);
+  const size_t as = (size_t)(((m + 127) / 128 * 128) * (k / 16)), bs = (size_t)(((n + 127) / 128 * 128) * (k / 16));
+  void *da = gpu_filled(ac, 0x35), *db = gpu_filled(bc, 0x53), *dsa = gpu_filled(as, 0x38), *dsb = gpu_filled(bs, 0x38);
+  void *dc = gpu_zeroed((size_t)(m * n * 2));
+  const size_t wsb = sk_gemm_workspace_bytes(SK_GEMM_NVFP4, m, n, k);
+  void *ws = wsb ? gpu_zeroed(wsb) : NULL;
+  int64_t sa[2] = {m, k / 2}, sb[2] = {n, k / 2}, ssa[1] = {(int64_t)as}, ssb[1] = {(int64_t)bs}, scs[2] = {m, n};
+  const DLDataType u8 = {kDLUInt, 8, 1}, bf = {kDLBfloat, 16, 1};
+  DLTensor ta = tu_device_tensor(da, u8, 2, sa), tb = tu_device_tensor(db, u8, 2, sb), tsa = tu_device_tensor(dsa, u8, 1, ssa),
+           tsb = tu_device_tensor(dsb, u8, 1, ssb), tc = tu_device_tensor(dc, bf, 2, scs);
+  cudaEvent_t a, b;
+  CUDA_OK(cudaEventCreate(&a));
+  CUDA_OK(cudaEventCreate(&b));
+  const int iters = 40;
+  for (int it = -3; it < iters; it++) {
+    if (it == 0) CUDA_OK(cudaEventRecord(a, NULL));
+    SK_OK_OR_FAIL(sk_gemm_mm(SK_GEMM_NVFP4, &ta, &tsa, &tb, &tsb, NULL, &tc, ws, wsb, NULL));
+  }
+  CUDA_OK(cudaEventRecord(b, NULL));
+  CUDA_OK(cudaEventSynchronize(b));
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+  const double us = 1000.0 * ms / iters, bytes = (double)(bc + bs);
+  fprintf(stderr, "BENCH gemm nvfp4 %lldx%lldx%lld: %8.2f us  B %7.2f MB -> %6.0f GB/s  %6.1f TFLOP/s (L2-resident when B < 50 MB)\n",
+          (long long)m, (long long)n, (long long)k, us, bytes / 1e6, bytes / us / 1e3, 2.0 * m * n * k / us / 1e6);
+  CUDA_OK(cudaFree(da));
+  CUDA_OK(cudaFree(db));
+  CUDA_OK(cudaFree(dsa));
+  CUDA_OK(cudaFree(dsb));
+  CUDA_OK(cudaFree(dc));
+  if (ws) CUDA_OK(cudaFree(ws));
+}
+
+Test(gpu_moe, bench, .init = setup, .fini = teardown, .timeout = 600) {
+  if (!getenv("SK_MOE_BENCH")) cr_skip_test("SK_MOE_BENCH=1 to time the four model shapes");
+  skref_rng rng;
+  skref_rng_seed(&rng, 7);
+  const struct { const char *name; int wfmt, act, e, k, n, topk; } shapes[] = {
+      {"qwen3.5-397b tp4", 0, 0, 512, 4096, 256, 10}, {"deepseek-v4-flash", 1, 0, 256, 6144, 2048, 8},
+      {"gpt-oss-120b", 1, 2, 128, 2880, 2880, 4},      {"qwen3-30b-a3b", 0, 0, 128, 2048, 768, 8},
+  };
+  for (int i = 0; i < 4; i++) {
+    bench_shape(shapes[i].name, 0, shapes[i].wfmt, shapes[i].act, shapes[i].e, shapes[i].k, shapes[i].n, shapes[i].topk, 1, &rng);
+    bench_shape(shapes[i].name, 0, shapes[i].wfmt, shapes[i].act, shapes[i].e, shapes[i].k, shapes[i].n, shapes[i].topk, 8, &rng);
+  }
+  bench_shape("qwen3.5-397b tp4", 1, 0, 0, 512, 4096, 256, 10, 1, &rng);
+  bench_shape("qwen3-30b-a3b", 0, 0, 0, 128, 2048, 768, 8, 512, &rng);
+  bench_shape("qwen3-30b-a3b", 0, 0, 0, 128, 2048, 768, 8, 4096, &rng);
+  bench_shape("qwen3-30b-a3b", 1, 0, 0, 128, 2048, 768, 8, 4096, &rng);
+  bench_shape("qwen3.5-397b tp4", 0, 0, 0, 512, 4096, 256, 10, 4096, &rng);
+  /* the gemm decode kernel reading ~ the same bytes as the micro runs, and the tiled kernel */
+  bench_gemm(1, 7168, 4096);
+  bench_gemm(1, 28672, 4096);
+  bench_gemm(8, 28672, 4096);
+  bench_gemm(4096, 8192, 8192);
 }
