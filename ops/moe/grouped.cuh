@@ -3,12 +3,13 @@
 // atomic mode's finalize. Portable: sm_90a, sm_120a, sm_121a (mma.sync BF16 / FP16 only).
 //
 // LAUNCH CONTRACT
-//   template <int PHASE, int RECIPE, int WFMT, int ACT, int BM, int WARPS_M, int MODE>
+//   template <int PHASE, int RECIPE, int WFMT, int ACT, int BM, int WARPS_M, int WARPS_N, int MODE>
 //   __global__ void sk::moe::grouped_gemm(sk_moe_params p)
 //     PHASE 1 (FC1: x or packed_a -> inter) | 2 (FC2: inter -> out_acc); RECIPE SK_MOE_W4A16 |
 //     SK_MOE_W4A4 (WFMT NVFP4 only); ACT (PHASE 1); MODE SK_MOE_COMBINE_ATOMIC | _DET (PHASE 2;
-//     PHASE 1 instantiations use 0); BM in {16, 32, 64, 128} = p.s.bm; WARPS_M = sk_moe_grouped_warps_m(BM).
-//     BN = 128, WARPS_N = 4 (warp tile BM/WARPS_M x 32), block 32 * WARPS_M * 4.
+//     PHASE 1 instantiations use 0); BM in {16, 32, 64, 128} = p.s.bm; WARPS_M / WARPS_N =
+//     sk_moe_grouped_warps_m / _n(RECIPE, BM) (W4A16 2 x 64-column warp tiles, W4A4 4 x 32);
+//     BN = 128, warp tile (BM / WARPS_M) x (128 / WARPS_N), block 32 * WARPS_M * WARPS_N.
 //     grid (sk_moe_grouped_fc1_ntiles(ACT, Np) or sk_moe_grouped_fc2_ntiles(K), p.s.max_tiles, 1);
 //     CTAs with blockIdx.y >= flags[1] (route_pack's tile count) return after the wait.
 //     dynamic shared memory: W4A16 sk_moe_w4a16_smem_bytes(BM, 128, 4) (BK 64, 4 stages);
@@ -74,7 +75,7 @@ SK_DEVICE void zero_out_acc_share(const sk_moe_params& p, int threads) {
 template <int PHASE, int RECIPE, int ACT, int MODE, int MT, int NT>
 SK_DEVICE void grouped_epilogue(const sk_moe_params& p, const float (&acc)[MT][NT][4], int4 tile, int nt_cta, int wm0,
                                 int wn0, float unit) {
-  static_assert(NT == 4, "a warp holds 32 tile columns: 16 gated / 32 ungated intermediate columns");
+  static_assert(NT % 4 == 0, "a warp holds whole NVFP4 blocks: 16 gated / 32 ungated intermediate columns per 4 n8 tiles");
   constexpr bool kW4a4 = RECIPE == SK_MOE_W4A4;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int e = tile.x, row0 = tile.y, rows = tile.z;
@@ -117,15 +118,16 @@ SK_DEVICE void grouped_epilogue(const sk_moe_params& p, const float (&acc)[MT][N
             else *reinterpret_cast<u32*>(inter + 8 * nt + 2 * t) = u32(to_bf16(a[nt][0])) | u32(to_bf16(a[nt][1])) << 16;
           }
         } else {
-          // NVFP4 blocks of 16 intermediate columns: gated one per warp row (lane t holds columns
-          // 4 nt + t), ungated two (block b: nt in {2b, 2b + 1}, columns 8 (nt - 2b) + 2 t + e).
-          constexpr int kBlocks = kGated ? 1 : 2;
+          // NVFP4 blocks of 16 intermediate columns: gated NT / 4 per warp row (block b: nt in
+          // [4b, 4b + 4), lane t holds columns 4 (nt - 4b) + t), ungated NT / 2 (block b: nt in
+          // {2b, 2b + 1}, columns 8 (nt - 2b) + 2 t + e).
+          constexpr int kBlocks = kGated ? NT / 4 : NT / 2;
 #pragma unroll
           for (int b = 0; b < kBlocks; ++b) {
             float v[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const float x = kGated ? a[i][0] : a[2 * b + (i >> 1)][i & 1];
+              const float x = kGated ? a[4 * b + i][0] : a[2 * b + (i >> 1)][i & 1];
               v[i] = __uint_as_float(u32(to_bf16(x)) << 16);  // the BF16 rounding of the trace
             }
             u32 amax = 0;
@@ -195,16 +197,16 @@ struct GroupedLayout {
   }
 };
 
-template <int PHASE, int RECIPE, int WFMT, int ACT, int BM, int WARPS_M, int MODE>
-__global__ void __launch_bounds__(32 * WARPS_M * 4, 1) grouped_gemm(const sk_moe_params p) {
+template <int PHASE, int RECIPE, int WFMT, int ACT, int BM, int WARPS_M, int WARPS_N, int MODE>
+__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) grouped_gemm(const sk_moe_params p) {
   static_assert(RECIPE == SK_MOE_W4A16 || WFMT == SK_MOE_WFMT_NVFP4, "W4A4 needs NVFP4 weights");
   static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128, "BM");
   using L = GroupedLayout<RECIPE, BM>;
-  constexpr int kThreads = 32 * WARPS_M * 4, WM = BM / WARPS_M, MT = WM / 16, NT = 4;
+  constexpr int kThreads = 32 * WARPS_M * WARPS_N, WM = BM / WARPS_M, MT = WM / 16, WN = kBN / WARPS_N, NT = WN / 8;
   constexpr bool kW4a16 = RECIPE == SK_MOE_W4A16;
   constexpr bool kGatedB = PHASE == 1 && ACT != SK_MOE_ACT_RELU2;
   constexpr int kBBlocks = !kW4a16 && kGatedB ? 2 : 1;
-  static_assert(WM % 16 == 0 && MT >= 1, "warp tile");
+  static_assert(WM % 16 == 0 && MT >= 1 && NT % 4 == 0 && (RECIPE != SK_MOE_W4A16 || kThreads <= kBN), "warp tile");
   extern __shared__ __align__(128) u8 smem[];
 
   pdl_enter();
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * 4, 1) grouped_gemm(const sk_moe
   const int num_kb = kdim / L::kBK;
   const int stage_bytes = L::stage_bytes(kBBlocks);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int wm = warp / 4, wn = warp % 4;
+  const int wm = warp / WARPS_N, wn = warp % WARPS_N;
   const int* route_of_row = reinterpret_cast<const int*>(p.scratch + p.s.route_of_row);
 
   // B (weights) of this expert and N tile; tile row r -> weight row.
@@ -254,7 +256,10 @@ __global__ void __launch_bounds__(32 * WARPS_M * 4, 1) grouped_gemm(const sk_moe
     const u8* b_src[kBCopies];
 #pragma unroll
     for (int i = 0; i < kBCopies; ++i) b_src[i] = wc + b_row(tid / 2 + i * kBRowStep) * w_row_bytes + 16 * (tid & 1);
-    const u8* bs_src = tid < kBN ? ws + sk_moe_swizzled_offset(b_row(tid), 0, w_scale_cols) : ws;
+    constexpr int kBScaleCopies = kBN / kThreads;
+    const u8* bs_src[kBScaleCopies];
+#pragma unroll
+    for (int i = 0; i < kBScaleCopies; ++i) bs_src[i] = ws + sk_moe_swizzled_offset(b_row(tid + i * kThreads), 0, w_scale_cols);
     auto load_stage = [&](int stage, int kb) {
       u8* st = smem + stage * stage_bytes;
       const int k0 = kb * 64;
@@ -270,11 +275,10 @@ __global__ void __launch_bounds__(32 * WARPS_M * 4, 1) grouped_gemm(const sk_moe
         const int r = tid / 2 + i * kBRowStep;
         cp_async_16(st + L::kOffB + r * 32 + 16 * (tid & 1), b_src[i] + (long long)kb * 32);
       }
-      if (tid < kBN) {
-        // the u32 of scale columns 4 (kb / (vec / 16) / ...) of this stage's 64 K
-        const int col = WFMT == SK_MOE_WFMT_NVFP4 ? 4 * kb : 2 * kb;
-        cp_async_4(st + L::kOffSB + 4 * tid, bs_src + (col >> 2) * 512);
-      }
+      // the u32 holding this stage's scale columns (NVFP4 4 kb .. + 3; MXFP4 2 kb, + 1)
+      const int col = WFMT == SK_MOE_WFMT_NVFP4 ? 4 * kb : 2 * kb;
+#pragma unroll
+      for (int i = 0; i < kBScaleCopies; ++i) cp_async_4(st + L::kOffSB + 4 * (tid + i * kThreads), bs_src[i] + (col >> 2) * 512);
     };
 #pragma unroll
     for (int s = 0; s < L::kStages - 1; ++s) {
@@ -293,46 +297,40 @@ __global__ void __launch_bounds__(32 * WARPS_M * 4, 1) grouped_gemm(const sk_moe
         cp_async_commit();
       }
       const u8* st = smem + (kb % L::kStages) * stage_bytes;
-      // B fragments of the stage: bf[nt][k16][2]
-      u32 bf[NT][4][2];
+      // Per n8 tile (B row wn * WN + 8 nt + g): the stage's scale word, and per half of the stage
+      // byte t of each of the 4 words of the row's 16-byte chunk `half` (the K pairs 2t, 2t + 1 of
+      // k16 2 half (words 0, 1) and 2 half + 1 (words 2, 3)).
+      u32 sw[NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int r = wn * 32 + 8 * nt + g;
-        const uint4 c0 = *reinterpret_cast<const uint4*>(st + L::kOffB + r * 32);
-        const uint4 c1 = *reinterpret_cast<const uint4*>(st + L::kOffB + r * 32 + 16);
-        const u32 sw = *reinterpret_cast<const u32*>(st + L::kOffSB + 4 * r);
-        // X0: byte t of words 0..3 (K pairs of k16 halves 0, 1); X1: words 4..7 (k16 2, 3)
-        const u32 x0 = __byte_perm(__byte_perm(c0.x, c0.y, sel_t), __byte_perm(c0.z, c0.w, sel_t), 0x5410u);
-        const u32 x1 = __byte_perm(__byte_perm(c1.x, c1.y, sel_t), __byte_perm(c1.z, c1.w, sel_t), 0x5410u);
-        u32 s2[4];  // per k16: the scale multiplier {S, S}
-        if (WFMT == SK_MOE_WFMT_NVFP4) {
-          nvfp4_scale_s2(sw & 0xFFFFu, s2[0], s2[1]);
-          nvfp4_scale_s2(sw >> 16, s2[2], s2[3]);
-        } else {
-          const u32 code = (sw >> (16 * (kb & 1))) & 0xFFFFu;  // the stage's two UE8M0 (32 K each)
-          s2[0] = s2[1] = mxfp4_scale_s2(code & 0xFFu);
-          s2[2] = s2[3] = mxfp4_scale_s2(code >> 8);
+      for (int nt = 0; nt < NT; ++nt) sw[nt] = *reinterpret_cast<const u32*>(st + L::kOffSB + 4 * (wn * WN + 8 * nt + g));
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // k16 2 half, 2 half + 1
+        u32 bf[NT][2][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          u32 s2[2];  // the scale multipliers {S, S} of the two k16
+          if (WFMT == SK_MOE_WFMT_NVFP4) {
+            nvfp4_scale_s2(half ? sw[nt] >> 16 : sw[nt] & 0xFFFFu, s2[0], s2[1]);
+          } else {
+            const u32 code = (sw[nt] >> (16 * (kb & 1) + 8 * half)) & 0xFFu;  // 32 K per UE8M0
+            s2[0] = s2[1] = mxfp4_scale_s2(code);
+          }
+          const uint4 c = *reinterpret_cast<const uint4*>(st + L::kOffB + (wn * WN + 8 * nt + g) * 32 + 16 * half);
+          u32 q[4];
+          e2m1x8_to_bf16x2_raw(__byte_perm(__byte_perm(c.x, c.y, sel_t), __byte_perm(c.z, c.w, sel_t), 0x5410u), q);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) bf[nt][i][0] = bf16x2_mul(q[2 * i], s2[i]), bf[nt][i][1] = bf16x2_mul(q[2 * i + 1], s2[i]);
         }
-        u32 q0[4], q1[4];
-        e2m1x8_to_bf16x2_raw(x0, q0);
-        e2m1x8_to_bf16x2_raw(x1, q1);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          bf[nt][i][0] = bf16x2_mul(q0[2 * i], s2[i]);
-          bf[nt][i][1] = bf16x2_mul(q0[2 * i + 1], s2[i]);
-          bf[nt][2 + i][0] = bf16x2_mul(q1[2 * i], s2[2 + i]);
-          bf[nt][2 + i][1] = bf16x2_mul(q1[2 * i + 1], s2[2 + i]);
-        }
-      }
+        for (int kk = 0; kk < 2; ++kk) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
+          for (int mt = 0; mt < MT; ++mt) {
+            const int r = wm * WM + 16 * mt + (lane & 15), ch = 2 * (2 * half + kk) + (lane >> 4);
+            u32 af[4];
+            ldmatrix_x4_at(af, smem_addr(st + r * 128 + ((ch ^ (r & 7)) << 4)));
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const int r = wm * WM + 16 * mt + (lane & 15), ch = 2 * kk + (lane >> 4);
-          u32 af[4];
-          ldmatrix_x4_at(af, smem_addr(st + r * 128 + ((ch ^ (r & 7)) << 4)));
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_bf16_m16n8k16(acc[mt][nt], af, bf[nt][kk]);
+            for (int nt = 0; nt < NT; ++nt) mma_bf16_m16n8k16(acc[mt][nt], af, bf[nt][kk]);
+          }
         }
       }
     }
@@ -371,7 +369,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * 4, 1) grouped_gemm(const sk_moe
       if (s < num_kb) load_stage(s, s);
       cp_async_commit();
     }
-    const int a_row0 = wm * WM + g, b_row0 = wn * 32 + g;
+    const int a_row0 = wm * WM + g, b_row0 = wn * WN + g;
 #pragma unroll 1
     for (int kb = 0; kb < num_kb; ++kb) {
       cp_async_wait<L::kStages - 2>();
@@ -433,7 +431,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * 4, 1) grouped_gemm(const sk_moe
     }
     cp_async_wait<0>();
   }
-  grouped_epilogue<PHASE, RECIPE, ACT, MODE, MT, NT>(p, acc, tile, nt_cta, wm * WM, wn * 32, kW4a16 ? 256.0f : 268435456.0f);
+  grouped_epilogue<PHASE, RECIPE, ACT, MODE, MT, NT>(p, acc, tile, nt_cta, wm * WM, wn * WN, kW4a16 ? 256.0f : 268435456.0f);
 }
 
 // ---- combine / finalize ----------------------------------------------------------------------------

@@ -99,7 +99,10 @@ SK_MOE_FN int sk_moe_regime(long long m) { return m <= SK_MOE_MICRO_MAX_TOKENS ?
 #define SK_MOE_MICRO_WARPS 4
 #define SK_MOE_MICRO_TILE_ROWS 32
 #define SK_MOE_MICRO_STEP_K 128
-#define SK_MOE_MICRO_CTAS_PER_SM 4
+// CTAs per SM of the micro kernels (their __launch_bounds__): W4A16 4 x 128 threads (128
+// registers), W4A4 3 (FC1 quantizes the tokens in registers).
+SK_MOE_FN int sk_moe_micro_ctas_per_sm(int recipe) { return recipe == SK_MOE_W4A16 ? 4 : 3; }
+#define SK_MOE_MICRO_PREFETCH_W2_BYTES (16LL << 20) // FC1 prefetches FC2's weights into L2 up to this size
 SK_MOE_FN int sk_moe_micro_tiles_fc1(int act, int np) { return sk_moe_gated(act) ? np / 16 : np / 32; }
 SK_MOE_FN int sk_moe_micro_tiles_fc2(int k) { return (int)sk_moe_cdiv(k, SK_MOE_MICRO_TILE_ROWS); }
 SK_MOE_FN int sk_moe_micro_steps(int kdim_padded) { return kdim_padded / SK_MOE_MICRO_STEP_K; }
@@ -112,7 +115,7 @@ SK_MOE_FN int sk_moe_micro_max_slots(int m, int topk, int e) {
   const int r = m * topk;
   return r < e * (int)sk_moe_cdiv(r, SK_MOE_SLOT_COLS) ? r : e * (int)sk_moe_cdiv(r, SK_MOE_SLOT_COLS);
 }
-SK_MOE_FN int sk_moe_micro_grid(int sms) { return SK_MOE_MICRO_CTAS_PER_SM * sms; }
+SK_MOE_FN int sk_moe_micro_grid(int recipe, int sms) { return sk_moe_micro_ctas_per_sm(recipe) * sms; }
 
 // The slot table (serial specification; the kernels build the same table in parallel and
 // FC1's CTA 0 stores it in scratch). local[r] = local expert of route r or -1 (skipped).
@@ -146,8 +149,8 @@ SK_MOE_FN int sk_moe_micro_slots_serial(const int* local, int routes, int* slot_
 // roundup(count[e], BM)); an M tile is BM rows of one expert. FC1 and FC2 run on a grid of
 // (N tiles, max M tiles); CTAs past the run's tile count return at once.
 // Tile configs (BM x BN x BK, warps, stages) per kernel family, all within 99 KB:
-//   W4A16 (portable, sm_90 / sm_120): BK 64, BN 128, 4 stages, BM 16/32 (1x4 warps), 64/128 (2x4)
-//   W4A4 portable (sm_90):            BK 128, BN 128, 3 stages, same BM / warps
+//   W4A16 (portable, sm_90 / sm_120): BK 64, BN 128, 4 stages, BM 16/32 (1x2 warps), 64/128 (2x2)
+//   W4A4 portable (sm_90):            BK 128, BN 128, 3 stages, BM 16/32 (1x4 warps), 64/128 (2x4)
 //   W4A4 SM120 (block-scaled MMA):    BK 128, BN 128, 4 stages, BM 32 (1x4), 64 / 128 (2x4)
 SK_MOE_FN int sk_moe_grouped_bm(long long routes, int e, int sm120_w4a4) {
   const long long active = routes < e ? routes : e;
@@ -156,8 +159,10 @@ SK_MOE_FN int sk_moe_grouped_bm(long long routes, int e, int sm120_w4a4) {
   return sm120_w4a4 && bm < 32 ? 32 : bm;
 }
 #define SK_MOE_GROUPED_BN 128
-SK_MOE_FN int sk_moe_grouped_warps_m(int bm) { return bm <= 32 ? 1 : 2; }
-SK_MOE_FN int sk_moe_grouped_warps_n(int bm) { return (void)bm, 4; }
+// Warp grid of the portable kernels: W4A16 64-column warp tiles (8 n8 tiles: each BF16 A fragment
+// from shared memory feeds 8 MMAs), W4A4 32-column ones (its FP4 A fragments are 4x smaller).
+SK_MOE_FN int sk_moe_grouped_warps_n(int recipe, int bm) { return (void)bm, recipe == SK_MOE_W4A16 ? 2 : 4; }
+SK_MOE_FN int sk_moe_grouped_warps_m(int recipe, int bm) { return recipe == SK_MOE_W4A16 ? (bm >= 64 ? 2 : 1) : (bm <= 32 ? 1 : 2); }
 SK_MOE_FN int sk_moe_grouped_stages(int recipe, int sm120) { return recipe == SK_MOE_W4A16 ? 4 : sm120 ? 4 : 3; }
 // Bound on M tiles: sum over active experts of ceil(count / BM).
 SK_MOE_FN long long sk_moe_grouped_max_tiles(long long routes, int e, int bm) {
@@ -251,7 +256,7 @@ SK_MOE_FN int sk_moe_scratch_layout(const sk_moe_dims* d, sk_moe_scratch* s) {
   const long long np = sk_moe_padded(d->n), kp = sk_moe_padded(d->k);
   const long long micro_m = d->max_tokens < SK_MOE_MICRO_MAX_TOKENS ? d->max_tokens : SK_MOE_MICRO_MAX_TOKENS;
   const int slots = sk_moe_micro_max_slots((int)micro_m, d->topk, d->e);
-  const int grid = sk_moe_micro_grid(d->sms);
+  const int grid = sk_moe_micro_grid(d->recipe, d->sms);
   const long long tiles1 = sk_moe_micro_tiles_fc1(d->act, (int)np), tiles2 = sk_moe_micro_tiles_fc2(d->k);
   const long long routes = d->max_tokens * d->topk;
   const int bm = d->bm ? d->bm : sk_moe_grouped_bm(routes, d->e, d->sm120 && d->recipe == SK_MOE_W4A4);
@@ -351,7 +356,8 @@ static inline int sk_moe_launch_sequence(const sk_moe_dims* d, const sk_moe_scra
     SK_MOE_L("moe/micro.cuh", s->micro_grid, 1, 32 * SK_MOE_MICRO_WARPS, 0, "sk::moe::micro_fc2<%d, %d>", d->recipe, d->wfmt);
     return n;
   }
-  const int bm = s->bm, wm = sk_moe_grouped_warps_m(bm), threads = 32 * wm * sk_moe_grouped_warps_n(bm);
+  const int bm = s->bm, wm = sk_moe_grouped_warps_m(d->recipe, bm), wn = sk_moe_grouped_warps_n(d->recipe, bm);
+  const int threads = 32 * wm * wn;
   const int sm120 = d->sm120 && d->recipe == SK_MOE_W4A4;
   const int gated = sk_moe_gated(d->act);
   SK_MOE_L("moe/route.cuh", 1, 1, SK_MOE_PACK_THREADS, 0, "sk::moe::route_pack");
@@ -368,8 +374,8 @@ static inline int sk_moe_launch_sequence(const sk_moe_dims* d, const sk_moe_scra
       const unsigned smem = d->recipe == SK_MOE_W4A16
                                 ? (unsigned)sk_moe_w4a16_smem_bytes(bm, SK_MOE_GROUPED_BN, 4)
                                 : (unsigned)sk_moe_w4a4_smem_bytes(bm, SK_MOE_GROUPED_BN, phase == 1 && gated ? 2 : 1, 3);
-      SK_MOE_L("moe/grouped.cuh", gx, s->max_tiles, threads, smem, "sk::moe::grouped_gemm<%d, %d, %d, %d, %d, %d, %d>",
-               phase, d->recipe, d->wfmt, act, bm, wm, mode);
+      SK_MOE_L("moe/grouped.cuh", gx, s->max_tiles, threads, smem, "sk::moe::grouped_gemm<%d, %d, %d, %d, %d, %d, %d, %d>",
+               phase, d->recipe, d->wfmt, act, bm, wm, wn, mode);
     }
   }
   SK_MOE_L("moe/grouped.cuh", sk_moe_cdiv(m * d->k / 8, 256), 1, 256, 0, "sk::moe::combine");
