@@ -169,20 +169,6 @@ SK_DEVICE void w4a16_compute(const W4a16Stage& st, float (&acc)[2][4]) {
   }
 }
 
-// Weight row of tile-local row r (0..31) of global tile gtile, as a pointer to its codes.
-template <int PHASE, int WFMT, int ACT>
-SK_DEVICE const u8* micro_row_ptr(const sk_moe_params& p, const SlotTable& tab, int gtile, int tiles, int r) {
-  const int slot = gtile / tiles, tile = gtile - slot * tiles, e = tab.slot_expert[slot];
-  const int np = padded(p.n), kp = padded(p.k), K = p.k;
-  if (PHASE == 1)
-    return p.w1_codes + e * sk_moe_w1_code_bytes(ACT, np, kp) + (long long)sk_moe_micro_fc1_row(ACT, np, tile, r) * (kp / 2);
-  return p.w2_codes + e * sk_moe_w2_code_bytes(K, np) + (long long)min(32 * tile + r, K - 1) * (np / 2);
-}
-
-SK_DEVICE void prefetch_l2(const u8* p, u32 bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // One 32-row tile's share [s_begin, s_end) of a CTA. PHASE 1: FC1, 2: FC2.
 template <int PHASE, int RECIPE, int WFMT, int ACT>
 SK_DEVICE void micro_tile(const sk_moe_params& p, const SlotTable& tab, float (&red)[SK_MOE_MICRO_WARPS][256],
@@ -432,32 +418,6 @@ SK_DEVICE void micro_tile(const sk_moe_params& p, const SlotTable& tab, float (&
   }
 }
 
-// Every weight byte of the CTA's unit range into L2 at once (bulk prefetches, a row per thread):
-// the step loop's loads then mostly hit L2, with the whole range in flight from the start. FC1
-// also pulls FC2's weights of the active slots into L2 when they are at most
-// SK_MOE_MICRO_PREFETCH_W2_BYTES, so that FC2 streams them from L2. Hints only (no ordering).
-template <int PHASE, int WFMT, int ACT>
-SK_DEVICE void micro_prefetch(const sk_moe_params& p, const SlotTable& tab, int tiles, int steps, int u_begin,
-                                            int u_end, int ctas) {
-#pragma unroll 1
-  for (int u = u_begin; u < u_end;) {
-    const int gtile = u / steps, s_begin = u - gtile * steps, s_end = min(steps, s_begin + (u_end - u));
-    if (threadIdx.x < SK_MOE_MICRO_TILE_ROWS)
-      prefetch_l2(micro_row_ptr<PHASE, WFMT, ACT>(p, tab, gtile, tiles, threadIdx.x) + s_begin * 64, (u32)(s_end - s_begin) * 64);
-    u += s_end - s_begin;
-  }
-  if (PHASE == 1) {
-    const int np = padded(p.n);
-    const long long rows2 = (long long)tab.num_slots * p.k, row_bytes2 = np / 2;
-    if (rows2 * row_bytes2 <= SK_MOE_MICRO_PREFETCH_W2_BYTES)
-#pragma unroll 1
-      for (long long i = (long long)blockIdx.x * kMicroThreads + threadIdx.x; i < rows2; i += (long long)ctas * kMicroThreads) {
-        const int slot = (int)(i / p.k), row = (int)(i - (long long)slot * p.k);
-        prefetch_l2(p.w2_codes + tab.slot_expert[slot] * sk_moe_w2_code_bytes(p.k, np) + row * row_bytes2, (u32)row_bytes2);
-      }
-  }
-}
-
 template <int PHASE, int RECIPE, int WFMT, int ACT>
 SK_DEVICE void micro_body(const sk_moe_params& p) {
   static_assert(RECIPE == SK_MOE_W4A16 || WFMT == SK_MOE_WFMT_NVFP4, "W4A4 needs NVFP4 weights");
@@ -480,7 +440,6 @@ SK_DEVICE void micro_body(const sk_moe_params& p) {
   if ((int)blockIdx.x >= ctas) return;
   const int u_begin = sk_decode_cta_begin((int)blockIdx.x, units, ctas);
   const int u_end = sk_decode_cta_begin((int)blockIdx.x + 1, units, ctas);
-  micro_prefetch<PHASE, WFMT, ACT>(p, tab, tiles, steps, u_begin, u_end, ctas);
 #pragma unroll 1
   for (int u = u_begin; u < u_end;) {
     const int gtile = u / steps, s_begin = u - gtile * steps;

@@ -102,7 +102,6 @@ SK_MOE_FN int sk_moe_regime(long long m) { return m <= SK_MOE_MICRO_MAX_TOKENS ?
 // CTAs per SM of the micro kernels (their __launch_bounds__): W4A16 4 x 128 threads (128
 // registers), W4A4 3 (FC1 quantizes the tokens in registers).
 SK_MOE_FN int sk_moe_micro_ctas_per_sm(int recipe) { return recipe == SK_MOE_W4A16 ? 4 : 3; }
-#define SK_MOE_MICRO_PREFETCH_W2_BYTES (16LL << 20) // FC1 prefetches FC2's weights into L2 up to this size
 SK_MOE_FN int sk_moe_micro_tiles_fc1(int act, int np) { return sk_moe_gated(act) ? np / 16 : np / 32; }
 SK_MOE_FN int sk_moe_micro_tiles_fc2(int k) { return (int)sk_moe_cdiv(k, SK_MOE_MICRO_TILE_ROWS); }
 SK_MOE_FN int sk_moe_micro_steps(int kdim_padded) { return kdim_padded / SK_MOE_MICRO_STEP_K; }
