@@ -6,8 +6,8 @@
 //   template <int RECIPE, int WFMT>          __global__ void sk::moe::micro_fc2(sk_moe_params p)
 //     RECIPE SK_MOE_W4A16 (0) | SK_MOE_W4A4 (1, needs WFMT NVFP4); WFMT SK_MOE_WFMT_NVFP4 (0) |
 //     SK_MOE_WFMT_MXFP4 (1); ACT SK_MOE_ACT_SILU (0) | RELU2 (1) | SWIGLU_OAI (2).
-//   grid (sk_moe_micro_grid(RECIPE, SMs), 1, 1): sk_moe_micro_ctas_per_sm(RECIPE) CTAs per SM (4 W4A16,
-//   3 W4A4; any grid >= 1 is correct), block 128,
+//   grid (sk_moe_micro_grid(RECIPE, sm120, SMs), 1, 1): sk_moe_micro_ctas_per_sm CTAs per SM (4 for
+//   W4A16 on sm_90, else 3; any grid >= 1 is correct), block 128,
 //   no dynamic shared memory (static: the slot table, ~7.5 KB, and 5 KB of reduction buffers).
 //   Launch order: micro_fc1 then micro_fc2 on one stream (programmatic dependent launch allowed:
 //   both wait for the previous kernel before touching memory). 1 <= p.m <= 8, p.m * p.topk <= 256.
@@ -52,6 +52,11 @@ namespace moe {
 
 constexpr int kMicroThreads = 32 * SK_MOE_MICRO_WARPS;
 constexpr int kMaxRoutes = SK_MOE_MICRO_MAX_ROUTES;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr int kMicroSm120Build = 1;
+#else
+constexpr int kMicroSm120Build = 0;
+#endif
 
 struct __align__(16) SlotTable {
   u32 keys[kMaxRoutes];  // (local expert << 8 | route), 0xFFFFFFFF for skipped routes
@@ -450,12 +455,12 @@ SK_DEVICE void micro_body(const sk_moe_params& p) {
 }
 
 template <int RECIPE, int WFMT, int ACT>
-__global__ void __launch_bounds__(kMicroThreads, sk_moe_micro_ctas_per_sm(RECIPE)) micro_fc1(const sk_moe_params p) {
+__global__ void __launch_bounds__(kMicroThreads, sk_moe_micro_ctas_per_sm(RECIPE, kMicroSm120Build)) micro_fc1(const sk_moe_params p) {
   micro_body<1, RECIPE, WFMT, ACT>(p);
 }
 
 template <int RECIPE, int WFMT>
-__global__ void __launch_bounds__(kMicroThreads, sk_moe_micro_ctas_per_sm(RECIPE)) micro_fc2(const sk_moe_params p) {
+__global__ void __launch_bounds__(kMicroThreads, sk_moe_micro_ctas_per_sm(RECIPE, kMicroSm120Build)) micro_fc2(const sk_moe_params p) {
   micro_body<2, RECIPE, WFMT, SK_MOE_ACT_SILU>(p);
 }
 

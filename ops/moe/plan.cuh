@@ -99,9 +99,10 @@ SK_MOE_FN int sk_moe_regime(long long m) { return m <= SK_MOE_MICRO_MAX_TOKENS ?
 #define SK_MOE_MICRO_WARPS 4
 #define SK_MOE_MICRO_TILE_ROWS 32
 #define SK_MOE_MICRO_STEP_K 128
-// CTAs per SM of the micro kernels (their __launch_bounds__): W4A16 4 x 128 threads (128
-// registers), W4A4 3 (FC1 quantizes the tokens in registers).
-SK_MOE_FN int sk_moe_micro_ctas_per_sm(int recipe) { return recipe == SK_MOE_W4A16 ? 4 : 3; }
+// CTAs per SM of the micro kernels (their __launch_bounds__): W4A16 on sm_90 4 x 128 threads
+// (128 registers); W4A4 (FC1 quantizes the tokens in registers) and every SM120 build 3 (168
+// registers: the 128-register builds spill there; an SM120 part has ALU to spare per byte).
+SK_MOE_FN int sk_moe_micro_ctas_per_sm(int recipe, int sm120) { return recipe == SK_MOE_W4A16 && !sm120 ? 4 : 3; }
 SK_MOE_FN int sk_moe_micro_tiles_fc1(int act, int np) { return sk_moe_gated(act) ? np / 16 : np / 32; }
 SK_MOE_FN int sk_moe_micro_tiles_fc2(int k) { return (int)sk_moe_cdiv(k, SK_MOE_MICRO_TILE_ROWS); }
 SK_MOE_FN int sk_moe_micro_steps(int kdim_padded) { return kdim_padded / SK_MOE_MICRO_STEP_K; }
@@ -114,7 +115,7 @@ SK_MOE_FN int sk_moe_micro_max_slots(int m, int topk, int e) {
   const int r = m * topk;
   return r < e * (int)sk_moe_cdiv(r, SK_MOE_SLOT_COLS) ? r : e * (int)sk_moe_cdiv(r, SK_MOE_SLOT_COLS);
 }
-SK_MOE_FN int sk_moe_micro_grid(int recipe, int sms) { return sk_moe_micro_ctas_per_sm(recipe) * sms; }
+SK_MOE_FN int sk_moe_micro_grid(int recipe, int sm120, int sms) { return sk_moe_micro_ctas_per_sm(recipe, sm120) * sms; }
 
 // The slot table (serial specification; the kernels build the same table in parallel and
 // FC1's CTA 0 stores it in scratch). local[r] = local expert of route r or -1 (skipped).
@@ -209,7 +210,7 @@ typedef struct sk_moe_dims {
   int topk, e, k, n;    // local experts; hidden; intermediate (unpadded)
   int act, recipe, wfmt;
   int sms;              // multiprocessors (grid of the micro kernels)
-  int sm120;            // the grouped W4A4 kernels are the SM120 ones
+  int sm120;            // target is sm_120a / sm_121a: SM120 grouped W4A4 kernels, micro CTAs per SM
   int combine;          // SK_MOE_COMBINE_* of the grouped regime
   int bm;               // grouped M tile: 0 = sk_moe_grouped_bm (else 16, 32, 64 or 128)
 } sk_moe_dims;
@@ -255,7 +256,7 @@ SK_MOE_FN int sk_moe_scratch_layout(const sk_moe_dims* d, sk_moe_scratch* s) {
   const long long np = sk_moe_padded(d->n), kp = sk_moe_padded(d->k);
   const long long micro_m = d->max_tokens < SK_MOE_MICRO_MAX_TOKENS ? d->max_tokens : SK_MOE_MICRO_MAX_TOKENS;
   const int slots = sk_moe_micro_max_slots((int)micro_m, d->topk, d->e);
-  const int grid = sk_moe_micro_grid(d->recipe, d->sms);
+  const int grid = sk_moe_micro_grid(d->recipe, d->sm120, d->sms);
   const long long tiles1 = sk_moe_micro_tiles_fc1(d->act, (int)np), tiles2 = sk_moe_micro_tiles_fc2(d->k);
   const long long routes = d->max_tokens * d->topk;
   const int bm = d->bm ? d->bm : sk_moe_grouped_bm(routes, d->e, d->sm120 && d->recipe == SK_MOE_W4A4);
