@@ -29,15 +29,15 @@
 #define SK_MOE_FDIV(a, b) ((float)(a) / (float)(b))
 #endif
 
-SK_MOE_ACT_FN float sk_moe_bits_to_f32(unsigned u) {
 #ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
+#define sk_moe_bits_to_f32(u) __uint_as_float(u)
 #else
+static inline float sk_moe_bits_to_f32(unsigned u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
-#endif
 }
+#endif
 
 // exp(x) in fp32.
 SK_MOE_ACT_FN float sk_moe_expf(float x) {

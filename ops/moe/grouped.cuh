@@ -69,6 +69,36 @@ SK_DEVICE void zero_out_acc_share(const sk_moe_params& p, int threads) {
   for (long long i = cta * threads + threadIdx.x; i < n4; i += ctas * threads) acc[i] = make_float4(0, 0, 0, 0);
 }
 
+// The CTA's M tile (route_pack's table), or false when blockIdx.y is past the run's tile count.
+// Waits for the previous kernel first; FC1 CTAs also zero their share of out_acc (ATOMIC).
+template <int PHASE>
+SK_DEVICE bool enter_tile(const sk_moe_params& p, int threads, int4& tile) {
+  pdl_enter();
+  if (PHASE == 1) zero_out_acc_share(p, threads);
+  if ((int)blockIdx.y >= reinterpret_cast<const int*>(p.scratch + p.s.flags)[1]) return false;
+  tile = reinterpret_cast<const int4*>(p.scratch + p.s.tiles)[blockIdx.y];
+  return true;
+}
+
+// The cp.async ring: the first STAGES - 1 stages, then per k stage: wait for it, barrier, refill
+// the slot consumed in the previous iteration (load(slot, k stage)).
+template <int STAGES, class Load>
+SK_DEVICE void ring_prologue(int num_kb, Load load) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < num_kb) load(s, s);
+    cp_async_commit();
+  }
+}
+template <int STAGES, class Load>
+SK_DEVICE void ring_advance(int kb, int num_kb, Load load) {
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  const int pf = kb + STAGES - 1;
+  if (pf < num_kb) load(pf % STAGES, pf);
+  cp_async_commit();
+}
+
 // ---- epilogue, shared by the portable and the SM120 kernels --------------------------------------
 // acc[mt][nt][i]: tile row wm0 + 16 mt + g + 8 (i >> 1), tile column wn0 + 8 nt + 2 t + (i & 1);
 // `unit` x acc is the dot product (2^8 W4A16, 2^28 portable W4A4, 1 SM120).
@@ -209,11 +239,8 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) grouped_gemm(const 
   static_assert(WM % 16 == 0 && MT >= 1 && NT % 4 == 0 && (RECIPE != SK_MOE_W4A16 || kThreads <= kBN), "warp tile");
   extern __shared__ __align__(128) u8 smem[];
 
-  pdl_enter();
-  if (PHASE == 1) zero_out_acc_share(p, kThreads);
-  const int* flags = reinterpret_cast<const int*>(p.scratch + p.s.flags);
-  if ((int)blockIdx.y >= flags[1]) return;
-  const int4 tile = reinterpret_cast<const int4*>(p.scratch + p.s.tiles)[blockIdx.y];
+  int4 tile;
+  if (!enter_tile<PHASE>(p, kThreads, tile)) return;
   const int e = tile.x, row0 = tile.y, rows = tile.z, nt_cta = blockIdx.x;
   const int np = padded(p.n), kp = padded(p.k), K = p.k;
   const int kdim = PHASE == 1 ? kp : np;  // padded K extent of this GEMM
@@ -280,22 +307,12 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) grouped_gemm(const 
 #pragma unroll
       for (int i = 0; i < kBScaleCopies; ++i) cp_async_4(st + L::kOffSB + 4 * (tid + i * kThreads), bs_src[i] + (col >> 2) * 512);
     };
-#pragma unroll
-    for (int s = 0; s < L::kStages - 1; ++s) {
-      if (s < num_kb) load_stage(s, s);
-      cp_async_commit();
-    }
+    ring_prologue<L::kStages>(num_kb, load_stage);
     // byte t of words (2 i, 2 i + 1) of a 16-byte B chunk into the two low bytes
     const u32 sel_t = (u32)t | (u32)(4 + t) << 4;
 #pragma unroll 1
     for (int kb = 0; kb < num_kb; ++kb) {
-      cp_async_wait<L::kStages - 2>();
-      __syncthreads();
-      {
-        const int pf = kb + L::kStages - 1;
-        if (pf < num_kb) load_stage(pf % L::kStages, pf);
-        cp_async_commit();
-      }
+      ring_advance<L::kStages>(kb, num_kb, load_stage);
       const u8* st = smem + (kb % L::kStages) * stage_bytes;
       // Per n8 tile (B row wn * WN + 8 nt + g): the stage's scale word, and per half of the stage
       // byte t of each of the 4 words of the row's 16-byte chunk `half` (the K pairs 2t, 2t + 1 of
@@ -364,21 +381,11 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) grouped_gemm(const 
         gemm::copy_block_async<kThreads>(st + L::kOffSB + 1024, ws + sk_tiled_scale_src_offset(0, b_blk1 * 128, kb, w_scale_cols / 4),
                                          1024, true);
     };
-#pragma unroll
-    for (int s = 0; s < L::kStages - 1; ++s) {
-      if (s < num_kb) load_stage(s, s);
-      cp_async_commit();
-    }
+    ring_prologue<L::kStages>(num_kb, load_stage);
     const int a_row0 = wm * WM + g, b_row0 = wn * WN + g;
 #pragma unroll 1
     for (int kb = 0; kb < num_kb; ++kb) {
-      cp_async_wait<L::kStages - 2>();
-      __syncthreads();
-      {
-        const int pf = kb + L::kStages - 1;
-        if (pf < num_kb) load_stage(pf % L::kStages, pf);
-        cp_async_commit();
-      }
+      ring_advance<L::kStages>(kb, num_kb, load_stage);
       const u8* st = smem + (kb % L::kStages) * stage_bytes;
       uint4 ach[MT][2], bch[NT];
 #pragma unroll

@@ -34,45 +34,25 @@ struct Sm120MoeGuard {
 };
 
 #if defined(SK_HAS_SM120_BLOCK_SCALED_MMA)
-// cp.async copies of k stage `ks` (128 K) of the tile: A rows row0 + r of a_codes / a_scales
-// (row bytes kdim / 2, swizzled scales with kdim / 16 columns), B rows b_row(r) of the expert.
-template <int BM, int BN, int THREADS, class BRow>
-SK_DEVICE void moe_sm120_load_stage(u8* stage, int ks, const u8* a_codes, const u8* a_scales, const u8* b_codes,
-                                    const u8* b_scales, int row0, int kdim, BRow b_row) {
+// cp.async copies of the code rows and the scale words of one operand tile of ROWS rows into the
+// SM120 stage layout (sk_sm120_code_smem_offset, sk_sm120_scale_smem_word), k stage `ks` (128 K):
+// tile row r comes from global row src_row(r) of a [*, kdim] E2M1 matrix with swizzled scales.
+template <int ROWS, int THREADS, class SrcRow>
+SK_DEVICE void sm120_copy_operand(u8* codes_smem, u32* scales_smem, int ks, const u8* codes, const u8* scales, int kdim,
+                                  SrcRow src_row) {
   constexpr int RB = 64, CPR = RB / 16, SLABS = 2;
-  u8* s_a = stage;
-  u8* s_b = s_a + BM * RB;
-  u32* s_sa = reinterpret_cast<u32*>(s_b + BN * RB);
-  u32* s_sb = s_sa + SLABS * BM;
   const long long grow = kdim / 2, kbyte = (long long)ks * RB;
-  const int tid = threadIdx.x;
 #pragma unroll
-  for (int it = 0; it < (BM * CPR + THREADS - 1) / THREADS; ++it) {
-    const int c = tid + it * THREADS;
-    if ((BM * CPR) % THREADS != 0 && c >= BM * CPR) break;
-    const int r = sk_sm120_copy_row(c, RB), byte = sk_sm120_copy_byte(c, RB);
-    cp_async_16(s_a + sk_sm120_code_smem_offset(r, byte, RB), a_codes + (long long)(row0 + r) * grow + kbyte + byte);
+  for (int it = 0; it < (ROWS * CPR + THREADS - 1) / THREADS; ++it) {
+    const int c = (int)threadIdx.x + it * THREADS, r = sk_sm120_copy_row(c, RB), byte = sk_sm120_copy_byte(c, RB);
+    if ((ROWS * CPR) % THREADS == 0 || c < ROWS * CPR)
+      cp_async_16(codes_smem + sk_sm120_code_smem_offset(r, byte, RB), codes + (long long)src_row(r) * grow + kbyte + byte);
   }
 #pragma unroll
-  for (int it = 0; it < (BN * CPR + THREADS - 1) / THREADS; ++it) {
-    const int c = tid + it * THREADS;
-    if ((BN * CPR) % THREADS != 0 && c >= BN * CPR) break;
-    const int r = sk_sm120_copy_row(c, RB), byte = sk_sm120_copy_byte(c, RB);
-    cp_async_16(s_b + sk_sm120_code_smem_offset(r, byte, RB), b_codes + (long long)b_row(r) * grow + kbyte + byte);
-  }
-#pragma unroll
-  for (int it = 0; it < (SLABS * BM + THREADS - 1) / THREADS; ++it) {
-    const int c = tid + it * THREADS;
-    if ((SLABS * BM) % THREADS != 0 && c >= SLABS * BM) break;
-    const int slab = c / BM, r = c % BM;
-    cp_async_4(s_sa + sk_sm120_scale_smem_word(slab, r, BM), a_scales + sk_sm120_scale_gmem_offset(0, row0 + r, ks, slab, kdim));
-  }
-#pragma unroll
-  for (int it = 0; it < (SLABS * BN + THREADS - 1) / THREADS; ++it) {
-    const int c = tid + it * THREADS;
-    if ((SLABS * BN) % THREADS != 0 && c >= SLABS * BN) break;
-    const int slab = c / BN, r = c % BN;
-    cp_async_4(s_sb + sk_sm120_scale_smem_word(slab, r, BN), b_scales + sk_sm120_scale_gmem_offset(0, b_row(r), ks, slab, kdim));
+  for (int it = 0; it < (SLABS * ROWS + THREADS - 1) / THREADS; ++it) {
+    const int c = (int)threadIdx.x + it * THREADS, slab = c / ROWS, r = c % ROWS;
+    if ((SLABS * ROWS) % THREADS == 0 || c < SLABS * ROWS)
+      cp_async_4(scales_smem + sk_sm120_scale_smem_word(slab, r, ROWS), scales + sk_sm120_scale_gmem_offset(0, src_row(r), ks, slab, kdim));
   }
 }
 
@@ -82,11 +62,8 @@ SK_DEVICE void grouped_sm120_body(const sk_moe_params& p) {
   constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
   constexpr int STAGE_BYTES = sk_sm120_stage_bytes(gemm::kNvfp4, BM, BN);
   extern __shared__ __align__(128) u8 sm120_smem[];
-  pdl_enter();
-  if (PHASE == 1) zero_out_acc_share(p, THREADS);
-  const int* flags = reinterpret_cast<const int*>(p.scratch + p.s.flags);
-  if ((int)blockIdx.y >= flags[1]) return;
-  const int4 tile = reinterpret_cast<const int4*>(p.scratch + p.s.tiles)[blockIdx.y];
+  int4 tile;
+  if (!enter_tile<PHASE>(p, THREADS, tile)) return;
   const int e = tile.x, row0 = tile.y, nt_cta = blockIdx.x;
   const int np = padded(p.n), kp = padded(p.k), K = p.k;
   const int kdim = PHASE == 1 ? kp : np, k_stages = kdim / SK_SM120_BK;
@@ -102,19 +79,17 @@ SK_DEVICE void grouped_sm120_body(const sk_moe_params& p) {
   const int wm0 = sk_sm120_warp_m(warp, WARPS_M) * WM, wn0 = sk_sm120_warp_n(warp, WARPS_M) * WN;
   float acc[MT][NT][4];
   zero_fragments(acc);
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_stages) moe_sm120_load_stage<BM, BN, THREADS>(sm120_smem + s * STAGE_BYTES, s, a_codes, a_scales, wc, ws, row0, kdim, b_row);
-    cp_async_commit();
-  }
+  // Stage layout: [A codes BM x 64][B codes BN x 64][A scales 2 x BM u32][B scales 2 x BN u32].
+  const auto load_stage = [&](int slot, int ks) {
+    u8* st = sm120_smem + slot * STAGE_BYTES;
+    u32* sa = reinterpret_cast<u32*>(st + (BM + BN) * 64);
+    sm120_copy_operand<BM, THREADS>(st, sa, ks, a_codes, a_scales, kdim, [&](int r) { return row0 + r; });
+    sm120_copy_operand<BN, THREADS>(st + BM * 64, sa + 2 * BM, ks, wc, ws, kdim, b_row);
+  };
+  ring_prologue<STAGES>(k_stages, load_stage);
 #pragma unroll 1
   for (int ks = 0; ks < k_stages; ++ks) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    const int next = ks + STAGES - 1;
-    if (next < k_stages)
-      moe_sm120_load_stage<BM, BN, THREADS>(sm120_smem + (next % STAGES) * STAGE_BYTES, next, a_codes, a_scales, wc, ws, row0, kdim, b_row);
-    cp_async_commit();
+    ring_advance<STAGES>(ks, k_stages, load_stage);
     gemm::sm120_compute_stage<gemm::kNvfp4, BM, BN, MT, NT>(sm120_smem + (ks % STAGES) * STAGE_BYTES, wm0, wn0, lane, acc);
   }
   cp_async_wait<0>();

@@ -8,7 +8,7 @@
 //     SK_MOE_WFMT_MXFP4 (1); ACT SK_MOE_ACT_SILU (0) | RELU2 (1) | SWIGLU_OAI (2).
 //   grid (sk_moe_micro_grid(RECIPE, sm120, SMs), 1, 1): sk_moe_micro_ctas_per_sm CTAs per SM (4 for
 //   W4A16 on sm_90, else 3; any grid >= 1 is correct), block 128,
-//   no dynamic shared memory (static: the slot table, ~7.5 KB, and 5 KB of reduction buffers).
+//   no dynamic shared memory (static 11.3 KB: the slot table, 6 KB, and the reduction buffers).
 //   Launch order: micro_fc1 then micro_fc2 on one stream (programmatic dependent launch allowed:
 //   both wait for the previous kernel before touching memory). 1 <= p.m <= 8, p.m * p.topk <= 256.
 //   Reads: p.x, p.topk_ids, p.topk_weights, p.expert_map, weights and global scales (w*_gs NVFP4,
@@ -146,6 +146,21 @@ struct W4a16Stage {
   uint4 x[4];     // column g: 32 BF16 (x[q] = elements 8q .. 8q + 7)
 };
 
+// The 2 x 2 weight rows' 16-byte code chunks of a step and their scale bytes (NVFP4: the u16 of the
+// chunk's two 16-K blocks, one 128x4 k-tile pair = 1024 bytes per step; MXFP4: one byte, 512).
+template <int WFMT>
+SK_DEVICE void load_weight_step(uint4 (&w)[2][2], u32 (&sf)[2][2], int step, const u8* const (&w_ptr)[2][2], const u8* sbase,
+                                const u32 (&w_sfo)[2][2]) {
+#pragma unroll
+  for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      w[rt][h] = gemm::ld_stream_u4<0>(w_ptr[rt][h] + (long long)step * 64);
+      if (WFMT == SK_MOE_WFMT_NVFP4) sf[rt][h] = __ldg(reinterpret_cast<const u16*>(sbase + w_sfo[rt][h] + step * 1024u));
+      else sf[rt][h] = __ldg(sbase + w_sfo[rt][h] + step * 512u);
+    }
+}
+
 template <int WFMT>
 SK_DEVICE void w4a16_compute(const W4a16Stage& st, float (&acc)[2][4]) {
   u32 s2[2][2][2];  // [row tile][half][16-K half of the block]
@@ -221,14 +236,7 @@ SK_DEVICE void micro_tile(const sk_moe_params& p, const SlotTable& tab, float (&
     const int x_limit = PHASE == 1 ? K : np;
     gemm::pin_in_register(w_ptr, w_sfo, x_ptr);
     auto load = [&](W4a16Stage& st, int step) {
-#pragma unroll
-      for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          st.w[rt][h] = gemm::ld_stream_u4<0>(w_ptr[rt][h] + (long long)step * 64);
-          if (WFMT == SK_MOE_WFMT_NVFP4) st.sf[rt][h] = __ldg(reinterpret_cast<const u16*>(sbase + w_sfo[rt][h] + step * 1024u));
-          else st.sf[rt][h] = __ldg(sbase + w_sfo[rt][h] + step * 512u);
-        }
+      load_weight_step<WFMT>(st.w, st.sf, step, w_ptr, sbase, w_sfo);
       if (128 * step + 32 * t < x_limit) {
         const u8* xp = x_ptr + (long long)step * 256;
         st.x[0] = gemm::ld_ro_u4<0>(xp), st.x[1] = gemm::ld_ro_u4<16>(xp);
@@ -250,13 +258,7 @@ SK_DEVICE void micro_tile(const sk_moe_params& p, const SlotTable& tab, float (&
     const u8* xs_ptr = p.scratch + p.s.micro_inter_scales + (long long)(slot * SK_MOE_SLOT_COLS + col) * (np / 16) + 2 * t;
     gemm::pin_in_register(w_ptr, w_sfo, x_ptr);
     auto load = [&](Stage& st, int step) {
-#pragma unroll
-      for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          st.w[rt][h] = gemm::ld_stream_u4<0>(w_ptr[rt][h] + (long long)step * 64);
-          st.w_sf[rt][h] = __ldg(reinterpret_cast<const u16*>(sbase + w_sfo[rt][h] + step * 1024u));
-        }
+      load_weight_step<SK_MOE_WFMT_NVFP4>(st.w, st.w_sf, step, w_ptr, sbase, w_sfo);
       if (PHASE == 2) {
         st.x[0] = gemm::ld_ro_u4<0>(x_ptr + (long long)step * 64);
         st.x_sf[0] = __ldg(reinterpret_cast<const u16*>(xs_ptr + step * 8));

@@ -29,6 +29,20 @@ static uint8_t src_scale(const uint8_t *s, int src, int64_t row, int64_t col, in
   return src == SK_MOE_SRC_SCALES_ROWS ? s[row * cols + col] : s[sk_moe_swizzled_offset(row, col, cols)];
 }
 
+/* Bytes per expert of a [rows, cols] source scale tensor in layout `src`. */
+static int64_t src_scale_bytes(int src, int64_t rows, int64_t cols) {
+  return src == SK_MOE_SRC_SCALES_ROWS ? rows * cols : sk_moe_swizzled_bytes(rows, cols);
+}
+static int src_layout_ok(int src) { return src == SK_MOE_SRC_SCALES_SWIZZLED || src == SK_MOE_SRC_SCALES_ROWS; }
+
+/* Expert x's prepared buffers, cleared to zero codes and 1.0 scales. */
+static void clear_expert(int wfmt, int64_t x, size_t code_bytes, size_t scale_bytes, uint8_t *codes, uint8_t *scales,
+                         uint8_t **dc, uint8_t **ds) {
+  *dc = codes + (size_t)x * code_bytes, *ds = scales + (size_t)x * scale_bytes;
+  memset(*dc, 0, code_bytes);
+  memset(*ds, one_code(wfmt), scale_bytes);
+}
+
 /* MXFP4 codes the W4A16 kernels dequantize exactly (moe.md): 2^-117 .. 2^9. */
 static int ue8m0_ok(uint8_t c) { return c >= 10 && c <= 136; }
 
@@ -49,17 +63,14 @@ sk_status sk_moe_prepare_w1(int wfmt, int act, int order, int src_scales, int64_
                             const uint8_t *codes, const uint8_t *scales, uint8_t *out_codes, uint8_t *out_scales) {
   sk_moe_prepared_sizes sz;
   if (sk_moe_prepared_sizes_of(wfmt, act, n, k, &sz) != SK_OK || e < 1 || !codes || !scales || !out_codes ||
-      !out_scales || order < SK_MOE_W1_UP_GATE || order > SK_MOE_W1_INTERLEAVED ||
-      (src_scales != SK_MOE_SRC_SCALES_SWIZZLED && src_scales != SK_MOE_SRC_SCALES_ROWS))
+      !out_scales || order < SK_MOE_W1_UP_GATE || order > SK_MOE_W1_INTERLEAVED || !src_layout_ok(src_scales))
     return SK_ERR_INVALID_ARGUMENT;
   const int64_t np = sk_moe_padded(n), kp = sk_moe_padded(k), rows = sk_moe_gated(act) ? 2 * n : n;
-  const int64_t src_scale_bytes = src_scales == SK_MOE_SRC_SCALES_ROWS ? rows * (k / sk_moe_scale_vec(wfmt))
-                                                                        : sk_moe_swizzled_bytes(rows, k / sk_moe_scale_vec(wfmt));
+  const int64_t ssb = src_scale_bytes(src_scales, rows, k / sk_moe_scale_vec(wfmt));
   for (int64_t x = 0; x < e; x++) {
-    uint8_t *dc = out_codes + (size_t)x * sz.w1_codes, *ds = out_scales + (size_t)x * sz.w1_scales;
-    memset(dc, 0, sz.w1_codes);
-    memset(ds, one_code(wfmt), sz.w1_scales);
-    const uint8_t *sc = codes + x * rows * (k / 2), *ss = scales + x * src_scale_bytes;
+    uint8_t *dc, *ds;
+    clear_expert(wfmt, x, sz.w1_codes, sz.w1_scales, out_codes, out_scales, &dc, &ds);
+    const uint8_t *sc = codes + x * rows * (k / 2), *ss = scales + x * ssb;
     for (int half = 0; half < (sk_moe_gated(act) ? 2 : 1); half++)
       for (int64_t i = 0; i < n; i++) {
         sk_status st = copy_row(wfmt, src_scales, sc, ss, sk_moe_w1_source_row(order, act, half, i, n), k, dc, ds,
@@ -74,17 +85,14 @@ sk_status sk_moe_prepare_w2(int wfmt, int src_scales, int64_t e, int64_t n, int6
                             const uint8_t *scales, uint8_t *out_codes, uint8_t *out_scales) {
   sk_moe_prepared_sizes sz;
   if (sk_moe_prepared_sizes_of(wfmt, SK_MOE_ACT_SILU, n, k, &sz) != SK_OK || e < 1 || !codes || !scales || !out_codes ||
-      !out_scales || (src_scales != SK_MOE_SRC_SCALES_SWIZZLED && src_scales != SK_MOE_SRC_SCALES_ROWS))
+      !out_scales || !src_layout_ok(src_scales))
     return SK_ERR_INVALID_ARGUMENT;
-  const int64_t np = sk_moe_padded(n);
-  const int64_t src_scale_bytes = src_scales == SK_MOE_SRC_SCALES_ROWS ? k * (n / sk_moe_scale_vec(wfmt))
-                                                                        : sk_moe_swizzled_bytes(k, n / sk_moe_scale_vec(wfmt));
+  const int64_t np = sk_moe_padded(n), ssb = src_scale_bytes(src_scales, k, n / sk_moe_scale_vec(wfmt));
   for (int64_t x = 0; x < e; x++) {
-    uint8_t *dc = out_codes + (size_t)x * sz.w2_codes, *ds = out_scales + (size_t)x * sz.w2_scales;
-    memset(dc, 0, sz.w2_codes);
-    memset(ds, one_code(wfmt), sz.w2_scales);
+    uint8_t *dc, *ds;
+    clear_expert(wfmt, x, sz.w2_codes, sz.w2_scales, out_codes, out_scales, &dc, &ds);
     for (int64_t r = 0; r < k; r++) {
-      sk_status st = copy_row(wfmt, src_scales, codes + x * k * (n / 2), scales + x * src_scale_bytes, r, n, dc, ds, r, np);
+      sk_status st = copy_row(wfmt, src_scales, codes + x * k * (n / 2), scales + x * ssb, r, n, dc, ds, r, np);
       if (st != SK_OK) return st;
     }
   }

@@ -12,7 +12,7 @@
 //     RENORM w_j = e_j / (((e_0 + e_1) + ...) + e_{k-1}), e_j = exp(l_j - l_max); SOFTMAX_ALL the
 //     denominator is lane L's ascending sum over ids L + 32 i, then an xor butterfly 16 .. 1.
 //   __global__ void sk::moe::route_pack(sk_moe_params p)
-//     grid (1, 1, 1), block 1024, no dynamic shared memory (static ~12 KB). Grouped regime, before
+//     grid (1, 1, 1), block 1024, no dynamic shared memory (static 8.3 KB). Grouped regime, before
 //     FC1. Reads topk_ids [m, topk] (int32 or int64, p.ids_int64) and p.expert_map. Writes (scratch):
 //     flags[0] the error word, flags[1] the M-tile count, flags[2] the packed rows; expert_count[E],
 //     expert_offset[E + 1] (segments padded to BM = p.s.bm rows); tiles[t] = {expert, first row,

@@ -127,6 +127,51 @@ static void random_routes(skref_rng *rng, int m, int k, int e_global, int64_t *i
   free(perm);
 }
 
+/* Host inputs of a case: x [m, K] normal BF16, routes (int64 and int32 copies), weights; the
+ * device copies come from inputs_upload (after any edit of the host arrays). */
+typedef struct inputs {
+  size_t nx, nr;
+  uint16_t *x;
+  int64_t *ids;
+  int32_t *ids32;
+  float *wts;
+  void *dx, *d64, *d32, *dwt;
+} inputs;
+static void inputs_make(inputs *in, const moe_case *c, skref_rng *rng) {
+  memset(in, 0, sizeof *in);
+  in->nx = (size_t)c->m * c->k, in->nr = (size_t)c->m * c->topk;
+  in->x = malloc(2 * in->nx), in->ids = malloc(8 * in->nr), in->ids32 = malloc(4 * in->nr), in->wts = malloc(4 * in->nr);
+  skref_fill_normal(rng, in->x, in->nx, SKREF_BF16, 1.0f, 0.0, 1.0f);
+  random_routes(rng, c->m, c->topk, c->e_global ? c->e_global : c->e, in->ids, in->wts);
+}
+static void inputs_upload(inputs *in) {
+  for (size_t i = 0; i < in->nr; i++) in->ids32[i] = (int32_t)in->ids[i];
+  in->dx = gpu_upload(in->x, 2 * in->nx), in->d64 = gpu_upload(in->ids, 8 * in->nr);
+  in->d32 = gpu_upload(in->ids32, 4 * in->nr), in->dwt = gpu_upload(in->wts, 4 * in->nr);
+}
+static skref_rng test_rng(const char *what, uint64_t *seed) {
+  skref_rng rng;
+  skref_rng_seed(&rng, *seed = skref_test_seed(what));
+  return rng;
+}
+
+static void inputs_free(inputs *in) {
+  void *d[] = {in->dx, in->d64, in->d32, in->dwt};
+  for (int i = 0; i < 4; i++)
+    if (d[i]) CUDA_OK(cudaFree(d[i]));
+  free(in->x), free(in->ids), free(in->ids32), free(in->wts);
+}
+
+static void case_make(host_weights *hw, inputs *in, const moe_case *c, skref_rng *rng) {
+  weights_random(hw, c, rng);
+  inputs_make(in, c, rng);
+}
+static void case_free(dev_weights *dw, host_weights *hw, inputs *in) {
+  weights_dev_free(dw);
+  weights_free(hw);
+  inputs_free(in);
+}
+
 /* ---- running the kernels ---------------------------------------------------------------------- */
 typedef struct run_out {
   uint16_t *out;   /* [m, K] BF16 bits (malloc'ed) */
@@ -236,15 +281,14 @@ static void check_case(moe_case c, skref_rng *rng, uint64_t seed, const char *wh
   weights_random(&hw, &c, rng);
   dev_weights dw;
   weights_upload(&dw, &hw, c.e);
-  const size_t nx = (size_t)c.m * c.k, nr = (size_t)c.m * c.topk;
-  uint16_t *x = malloc(2 * nx);
-  skref_fill_normal(rng, x, nx, SKREF_BF16, 1.0f, 0.0, 1.0f);
-  int64_t *ids = malloc(8 * nr);
-  float *wts = malloc(4 * nr);
-  random_routes(rng, c.m, c.topk, c.e_global, ids, wts);
-  int32_t *ids32 = malloc(4 * nr);
-  for (size_t i = 0; i < nr; i++) ids32[i] = (int32_t)ids[i];
-  void *dx = gpu_upload(x, 2 * nx), *dids = c.ids64 ? gpu_upload(ids, 8 * nr) : gpu_upload(ids32, 4 * nr), *dwt = gpu_upload(wts, 4 * nr);
+  inputs in;
+  inputs_make(&in, &c, rng);
+  inputs_upload(&in);
+  const size_t nx = in.nx;
+  uint16_t *x = in.x;
+  int64_t *ids = in.ids;
+  float *wts = in.wts;
+  void *dx = in.dx, *dids = c.ids64 ? in.d64 : in.d32, *dwt = in.dwt;
   run_out o = run_moe(&c, &dw, dx, dids, dwt, NULL, 2);
   run_out o2 = run_moe(&c, &dw, dx, dids, dwt, NULL, 1);
   if (c.regime == SK_MOE_REGIME_MICRO || c.combine == SK_MOE_COMBINE_DET)
@@ -283,12 +327,7 @@ static void check_case(moe_case c, skref_rng *rng, uint64_t seed, const char *wh
   if (o.table) expect_slot_table(&c, ids, NULL, o.table, seed);
   cr_expect_eq(o.flags, 0, "seed %llu %s: error word %d", (unsigned long long)seed, what, o.flags);
   free(o.out), free(o.table), free(o2.out), free(o2.table);
-  CUDA_OK(cudaFree(dx));
-  CUDA_OK(cudaFree(dids));
-  CUDA_OK(cudaFree(dwt));
-  free(x), free(ids), free(ids32), free(wts);
-  weights_dev_free(&dw);
-  weights_free(&hw);
+  case_free(&dw, &hw, &in);
 }
 
 static moe_case base_case(int recipe, int wfmt, int act, int e, int k, int n, int topk, int m, int regime) {
@@ -299,9 +338,8 @@ static moe_case base_case(int recipe, int wfmt, int act, int e, int k, int n, in
 
 /* ---- tests -------------------------------------------------------------------------------------- */
 Test(gpu_moe, nvfp4_exact_trace_e1_k128, .init = setup, .fini = teardown, .timeout = 600) {
-  uint64_t seed = skref_test_seed("gpu moe exact");
-  skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  uint64_t seed;
+  skref_rng rng = test_rng("gpu moe exact", &seed);
   const int acts[3] = {SK_MOE_ACT_SILU, SK_MOE_ACT_RELU2, SK_MOE_ACT_SWIGLU_OAI};
   for (int a = 0; a < 3; a++) {
     const int ms[4] = {1, 2, 128, 768};
@@ -316,9 +354,8 @@ Test(gpu_moe, nvfp4_exact_trace_e1_k128, .init = setup, .fini = teardown, .timeo
 }
 
 Test(gpu_moe, w4a16_micro_and_grouped, .init = setup, .fini = teardown, .timeout = 900) {
-  uint64_t seed = skref_test_seed("gpu moe w4a16");
-  skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  uint64_t seed;
+  skref_rng rng = test_rng("gpu moe w4a16", &seed);
   /* micro: m = 1, 2, 8; E from 1 to 512; top-k 1 .. 10; both weight formats, every activation */
   const struct { int wfmt, act, e, k, n, topk, m; } micro[] = {
       {0, 0, 1, 256, 128, 1, 1},     {0, 0, 512, 512, 256, 10, 1}, {0, 0, 128, 1024, 256, 8, 2},
@@ -345,9 +382,8 @@ Test(gpu_moe, w4a16_micro_and_grouped, .init = setup, .fini = teardown, .timeout
 }
 
 Test(gpu_moe, w4a4_fast_paths, .init = setup, .fini = teardown, .timeout = 600) {
-  uint64_t seed = skref_test_seed("gpu moe w4a4");
-  skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  uint64_t seed;
+  skref_rng rng = test_rng("gpu moe w4a4", &seed);
   moe_case c = base_case(SK_MOE_W4A4, 0, 0, 64, 1024, 512, 8, 4, SK_MOE_REGIME_MICRO);
   c.a_gs_base = 64.0f;
   check_case(c, &rng, seed, "w4a4 micro");
@@ -357,22 +393,16 @@ Test(gpu_moe, w4a4_fast_paths, .init = setup, .fini = teardown, .timeout = 600) 
 
 /* int32 and int64 ids, the three W1 orders through sk_moe_prepare_w1: bitwise the same output. */
 Test(gpu_moe, ids_width_and_w1_orders, .init = setup, .fini = teardown, .timeout = 600) {
-  uint64_t seed = skref_test_seed("gpu moe ids/w1");
-  skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  uint64_t seed;
+  skref_rng rng = test_rng("gpu moe ids/w1", &seed);
   for (int regime = 0; regime < 2; regime++) {
     moe_case c = base_case(SK_MOE_W4A16, SK_MOE_WFMT_NVFP4, SK_MOE_ACT_SILU, 16, 512, 256, 4, regime ? 40 : 5, regime);
     host_weights hw;
-    weights_random(&hw, &c, &rng);
-    const size_t nx = (size_t)c.m * c.k, nr = (size_t)c.m * c.topk;
-    uint16_t *x = malloc(2 * nx);
-    skref_fill_normal(&rng, x, nx, SKREF_BF16, 1.0f, 0.0, 1.0f);
-    int64_t *ids = malloc(8 * nr);
-    int32_t *ids32 = malloc(4 * nr);
-    float *wts = malloc(4 * nr);
-    random_routes(&rng, c.m, c.topk, c.e, ids, wts);
-    for (size_t i = 0; i < nr; i++) ids32[i] = (int32_t)ids[i];
-    void *dx = gpu_upload(x, 2 * nx), *d64 = gpu_upload(ids, 8 * nr), *d32 = gpu_upload(ids32, 4 * nr), *dwt = gpu_upload(wts, 4 * nr);
+    inputs in;
+    case_make(&hw, &in, &c, &rng);
+    inputs_upload(&in);
+    const size_t nx = in.nx;
+    void *dx = in.dx, *d64 = in.d64, *d32 = in.d32, *dwt = in.dwt;
     dev_weights dw;
     weights_upload(&dw, &hw, c.e);
     c.ids64 = 0;
@@ -400,34 +430,26 @@ Test(gpu_moe, ids_width_and_w1_orders, .init = setup, .fini = teardown, .timeout
       free(ck), free(cs), free(h2.w1c), free(h2.w1s);
     }
     free(a.out), free(a.table), free(b.out), free(b.table);
-    weights_dev_free(&dw);
-    weights_free(&hw);
-    CUDA_OK(cudaFree(dx));
-    CUDA_OK(cudaFree(d64));
-    CUDA_OK(cudaFree(d32));
-    CUDA_OK(cudaFree(dwt));
-    free(x), free(ids), free(ids32), free(wts);
+    case_free(&dw, &hw, &in);
   }
 }
 
 /* Out-of-range ids (and a bad expert_map entry): flagged, skipped, no out-of-bounds access (the
  * guard bytes of output and scratch); experts with no routes and all tokens on one expert. */
 Test(gpu_moe, bad_ids_empty_and_hot_experts, .init = setup, .fini = teardown, .timeout = 600) {
-  uint64_t seed = skref_test_seed("gpu moe bad ids");
-  skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  uint64_t seed;
+  skref_rng rng = test_rng("gpu moe bad ids", &seed);
   for (int regime = 0; regime < 2; regime++)
     for (int variant = 0; variant < 3; variant++) {
       moe_case c = base_case(SK_MOE_W4A16, SK_MOE_WFMT_NVFP4, SK_MOE_ACT_SILU, 24, 512, 256, 4, regime ? 96 : 6, regime);
       c.ids64 = 1;
       host_weights hw;
-      weights_random(&hw, &c, &rng);
-      const size_t nx = (size_t)c.m * c.k, nr = (size_t)c.m * c.topk;
-      uint16_t *x = malloc(2 * nx);
-      skref_fill_normal(&rng, x, nx, SKREF_BF16, 1.0f, 0.0, 1.0f);
-      int64_t *ids = malloc(8 * nr);
-      float *wts = malloc(4 * nr);
-      random_routes(&rng, c.m, c.topk, c.e, ids, wts);
+      inputs in;
+      case_make(&hw, &in, &c, &rng);
+      const size_t nx = in.nx, nr = in.nr;
+      uint16_t *x = in.x;
+      int64_t *ids = in.ids;
+      float *wts = in.wts;
       int32_t *map = NULL;
       unsigned want = 0;
       if (variant == 0) { /* ids outside [0, E) */
@@ -443,7 +465,8 @@ Test(gpu_moe, bad_ids_empty_and_hot_experts, .init = setup, .fini = teardown, .t
         map[ids[0]] = c.e + 7;
         want = SK_MOE_ERR_EXPERT_MAP;
       }
-      void *dx = gpu_upload(x, 2 * nx), *dids = gpu_upload(ids, 8 * nr), *dwt = gpu_upload(wts, 4 * nr);
+      inputs_upload(&in);
+      void *dx = in.dx, *dids = in.d64, *dwt = in.dwt;
       void *dmap = map ? gpu_upload(map, 4 * c.e) : NULL;
       dev_weights dw;
       weights_upload(&dw, &hw, c.e);
@@ -457,12 +480,8 @@ Test(gpu_moe, bad_ids_empty_and_hot_experts, .init = setup, .fini = teardown, .t
       cr_expect_eq(skref_moe_w4a16(&rw, &rt, &ap, x, ref, NULL), want);
       expect_w4a16_close(&c, o.out, ref, variant == 0 ? "bad ids" : variant == 1 ? "hot expert" : "bad map", seed);
       if (o.table) expect_slot_table(&c, ids, map, o.table, seed);
-      free(o.out), free(o.table), free(ref), free(x), free(ids), free(wts), free(map);
-      weights_dev_free(&dw);
-      weights_free(&hw);
-      CUDA_OK(cudaFree(dx));
-      CUDA_OK(cudaFree(dids));
-      CUDA_OK(cudaFree(dwt));
+      free(o.out), free(o.table), free(ref), free(map);
+      case_free(&dw, &hw, &in);
       if (dmap) CUDA_OK(cudaFree(dmap));
     }
 }
@@ -470,74 +489,63 @@ Test(gpu_moe, bad_ids_empty_and_hot_experts, .init = setup, .fini = teardown, .t
 /* moe.ep_moe: 2 and 4 ranks, each with its experts (a random assignment) and an expert_map; the
  * partials (zero where a token has no local route) sum to the fused output. */
 Test(gpu_moe, ep_partials_sum_to_fused, .init = setup, .fini = teardown, .timeout = 600) {
-  uint64_t seed = skref_test_seed("gpu moe ep");
-  skref_rng rng;
-  skref_rng_seed(&rng, seed);
-  for (int regime = 0; regime < 2; regime++)
-    for (int recipe = 0; recipe < 2; recipe++) {
-      moe_case c = base_case(recipe, SK_MOE_WFMT_NVFP4, SK_MOE_ACT_SILU, 32, 512, 256, 4, regime ? 80 : 3, regime);
-      c.a_gs_base = 64.0f;
-      host_weights hw;
-      weights_random(&hw, &c, &rng);
-      const size_t nx = (size_t)c.m * c.k, nr = (size_t)c.m * c.topk;
-      uint16_t *x = malloc(2 * nx);
-      skref_fill_normal(&rng, x, nx, SKREF_BF16, 1.0f, 0.0, 1.0f);
-      int64_t *ids = malloc(8 * nr);
-      int32_t *ids32 = malloc(4 * nr);
-      float *wts = malloc(4 * nr);
-      random_routes(&rng, c.m, c.topk, c.e, ids, wts);
-      for (size_t i = 0; i < nr; i++) ids32[i] = (int32_t)ids[i];
-      void *dx = gpu_upload(x, 2 * nx), *dids = gpu_upload(ids32, 4 * nr), *dwt = gpu_upload(wts, 4 * nr);
-      dev_weights dw;
-      weights_upload(&dw, &hw, c.e);
-      run_out fused = run_moe(&c, &dw, dx, dids, dwt, NULL, 1);
-      for (int ranks = 2; ranks <= 4; ranks += 2) {
-        int *owner = malloc(sizeof(int) * c.e);
-        for (int g = 0; g < c.e; g++) owner[g] = (int)skref_rng_below(&rng, (uint64_t)ranks);
-        double *sum = calloc(nx, sizeof(double));
-        for (int r = 0; r < ranks; r++) {
-          int32_t *map = malloc(4 * c.e);
-          int *sel = malloc(sizeof(int) * c.e), el = 0;
-          for (int g = 0; g < c.e; g++) map[g] = owner[g] == r ? (sel[el] = g, el++) : -1;
-          if (el == 0) map[0] = 0, sel[el++] = 0, owner[0] = r; /* every rank holds an expert */
-          host_weights lw;
-          weights_select(&lw, &hw, &c, sel, el);
-          dev_weights ldw;
-          weights_upload(&ldw, &lw, el);
-          void *dmap = gpu_upload(map, 4 * c.e);
-          moe_case cr = c;
-          cr.e = el, cr.e_global = c.e;
-          run_out part = run_moe(&cr, &ldw, dx, dids, dwt, dmap, 1);
-          cr_expect_eq(part.flags, 0, "seed %llu: rank %d/%d error word %d", (unsigned long long)seed, r, ranks, part.flags);
-          for (size_t i = 0; i < nx; i++) sum[i] += skref_bf16_to_float(part.out[i]);
-          free(part.out), free(part.table), free(map), free(sel);
-          weights_dev_free(&ldw);
-          weights_free(&lw);
-          CUDA_OK(cudaFree(dmap));
-        }
-        double peak = 0, max_abs = 0;
-        for (size_t i = 0; i < nx; i++) peak = fmax(peak, fabs(skref_bf16_to_float(fused.out[i])));
-        const double cos = skref_moe_cosine(fused.out, sum, (size_t)c.m, (size_t)c.k, &max_abs);
-        fprintf(stderr, "  ep %s %d ranks regime %d: cosine %.6f max_abs %.4g (peak %.4g)\n", recipe ? "w4a4" : "w4a16", ranks,
-                regime, cos, max_abs, peak);
-        cr_expect(cos >= 0.999 && max_abs <= 0.03 * peak, "seed %llu: %d ranks: cosine %.6f max_abs %.4g (peak %.4g)",
-                  (unsigned long long)seed, ranks, cos, max_abs, peak);
-        free(owner), free(sum);
+  uint64_t seed;
+  skref_rng rng = test_rng("gpu moe ep", &seed);
+  for (int v = 0; v < 4; v++) { /* (regime, recipe): micro / grouped x W4A16 / W4A4 */
+    const int regime = v / 2, recipe = v % 2;
+    moe_case c = base_case(recipe, SK_MOE_WFMT_NVFP4, SK_MOE_ACT_SILU, 32, 512, 256, 4, regime ? 80 : 3, regime);
+    c.a_gs_base = 64.0f;
+    host_weights hw;
+    inputs in;
+    case_make(&hw, &in, &c, &rng);
+    inputs_upload(&in);
+    const size_t nx = in.nx;
+    void *dx = in.dx, *dids = in.d32, *dwt = in.dwt;
+    dev_weights dw;
+    weights_upload(&dw, &hw, c.e);
+    run_out fused = run_moe(&c, &dw, dx, dids, dwt, NULL, 1);
+    for (int ranks = 2; ranks <= 4; ranks += 2) {
+      int *owner = malloc(sizeof(int) * c.e);
+      for (int g = 0; g < c.e; g++) owner[g] = (int)skref_rng_below(&rng, (uint64_t)ranks);
+      double *sum = calloc(nx, sizeof(double));
+      for (int r = 0; r < ranks; r++) {
+        int32_t *map = malloc(4 * c.e);
+        int *sel = malloc(sizeof(int) * c.e), el = 0;
+        for (int g = 0; g < c.e; g++) map[g] = owner[g] == r ? (sel[el] = g, el++) : -1;
+        if (el == 0) map[0] = 0, sel[el++] = 0, owner[0] = r; /* every rank holds an expert */
+        host_weights lw;
+        weights_select(&lw, &hw, &c, sel, el);
+        dev_weights ldw;
+        weights_upload(&ldw, &lw, el);
+        void *dmap = gpu_upload(map, 4 * c.e);
+        moe_case cr = c;
+        cr.e = el, cr.e_global = c.e;
+        run_out part = run_moe(&cr, &ldw, dx, dids, dwt, dmap, 1);
+        cr_expect_eq(part.flags, 0, "seed %llu: rank %d/%d error word %d", (unsigned long long)seed, r, ranks, part.flags);
+        for (size_t i = 0; i < nx; i++) sum[i] += skref_bf16_to_float(part.out[i]);
+        free(part.out), free(part.table), free(map), free(sel);
+        weights_dev_free(&ldw);
+        weights_free(&lw);
+        CUDA_OK(cudaFree(dmap));
       }
-      free(fused.out), free(fused.table), free(x), free(ids), free(ids32), free(wts);
-      weights_dev_free(&dw);
-      weights_free(&hw);
-      CUDA_OK(cudaFree(dx));
-      CUDA_OK(cudaFree(dids));
-      CUDA_OK(cudaFree(dwt));
+      double peak = 0, max_abs = 0;
+      for (size_t i = 0; i < nx; i++) peak = fmax(peak, fabs(skref_bf16_to_float(fused.out[i])));
+      const double cos = skref_moe_cosine(fused.out, sum, (size_t)c.m, (size_t)c.k, &max_abs);
+      fprintf(stderr, "  ep %s %d ranks regime %d: cosine %.6f max_abs %.4g (peak %.4g)\n", recipe ? "w4a4" : "w4a16", ranks,
+              regime, cos, max_abs, peak);
+      cr_expect(cos >= 0.999 && max_abs <= 0.03 * peak, "seed %llu: %d ranks: cosine %.6f max_abs %.4g (peak %.4g)",
+                (unsigned long long)seed, ranks, cos, max_abs, peak);
+      free(owner), free(sum);
     }
+    free(fused.out), free(fused.table);
+    case_free(&dw, &hw, &in);
+  }
 }
 
 /* route_topk: ids and weights bit for bit against the reference (fp32 and BF16 logits, ties). */
 Test(gpu_moe, route_topk_matches_reference, .init = setup, .fini = teardown, .timeout = 300) {
-  uint64_t seed = skref_test_seed("gpu moe topk");
-  skref_rng rng;
-  skref_rng_seed(&rng, seed);
+  uint64_t seed;
+  skref_rng rng = test_rng("gpu moe topk", &seed);
   const int es[4] = {8, 128, 1000, 1024}, ks[4] = {1, 4, 8, 10};
   for (int ei = 0; ei < 4; ei++)
     for (int mode = 0; mode < 3; mode++)
