@@ -62,6 +62,8 @@ static void driver_load(void) {
       SK_ENTRY(cuEventDestroy, 4000, 1),
       SK_ENTRY(cuStreamIsCapturing, 10000, 1),
       SK_ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 0),
+      SK_ENTRY(cuStreamSynchronize, 2000, 0),
+      SK_ENTRY(cuMemcpyDtoH, 3020, 0),
 #undef SK_ENTRY
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

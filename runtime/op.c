@@ -183,8 +183,26 @@ static int split_shape(const char *shape, dim_span *dims, int cap) {
   return -1;
 }
 
-static bool span_is(const dim_span *d, const char *name) {
-  return strlen(name) == d->len && !memcmp(d->s, name, d->len);
+/* Whether a dim binds a free symbol: the bare symbol ("M"), or the symbol plus a constant
+ * ("B + 1", the offsets of B requests); *offset receives the constant. */
+static bool binds_symbol(const dim_span *d, const char *name, int64_t *offset) {
+  const size_t n = strlen(name);
+  *offset = 0;
+  if (d->len < n || memcmp(d->s, name, n)) return false;
+  if (d->len == n) return true;
+  const char *p = d->s + n, *end = d->s + d->len;
+  while (p < end && *p == ' ') p++;
+  if (p == end || *p != '+') return false;
+  p++;
+  while (p < end && *p == ' ') p++;
+  int64_t v = 0;
+  if (p == end) return false;
+  for (; p < end; p++) {
+    if (*p < '0' || *p > '9' || v > (1 << 20)) return false;
+    v = v * 10 + (*p - '0');
+  }
+  *offset = v;
+  return true;
 }
 
 sk_status sk_shape_dims(const char *shape, const sk_symbol *syms, int nsyms, int64_t *dims, int cap, int *ndim) {
@@ -809,9 +827,11 @@ static sk_status check_basic(sk_binding *b, size_t i, const DLTensor *t, dim_spa
     if (elems > ((unsigned __int128)1 << 56)) return tensor_error(b, r, "is too large (its size overflows)");
   }
   for (int d = 0; d < *ndims; d++)
-    for (size_t s = 0; s < en->num_symbols; s++)
-      if (span_is(&dims[d], en->symbols[s].name) && !find_symbol(b->symbols, b->num_symbols, en->symbols[s].name))
-        SK_TRY(put_symbol(b->symbols, &b->num_symbols, en->symbols[s].name, t->shape[d]));
+    for (size_t s = 0; s < en->num_symbols; s++) {
+      int64_t offset;
+      if (binds_symbol(&dims[d], en->symbols[s].name, &offset) && !find_symbol(b->symbols, b->num_symbols, en->symbols[s].name))
+        SK_TRY(put_symbol(b->symbols, &b->num_symbols, en->symbols[s].name, t->shape[d] - offset));
+    }
   return SK_OK;
 }
 
@@ -893,8 +913,10 @@ static sk_status bind_all(sk_binding *b, const DLTensor *const *tensors, size_t 
     if (v->value < lo || v->value > hi) {
       const sk_tensor_rule *who = NULL;
       for (size_t i = 0; i < n && !who; i++)
-        for (int d = 0; tensors[i] && d < ndims[i]; d++)
-          if (span_is(&dims[i][d], sr->name)) who = &en->tensors[i];
+        for (int d = 0; tensors[i] && d < ndims[i]; d++) {
+          int64_t offset;
+          if (binds_symbol(&dims[i][d], sr->name, &offset)) who = &en->tensors[i];
+        }
       return sk_bind_error(b, "%s%s%s%s = %lld must be in [%s, %s] = [%lld, %lld] for this plan", who ? "tensor " : "",
                            who ? who->name : "", who ? ": its dim " : "", sr->name, (long long)v->value, sr->lo, sr->hi,
                            (long long)lo, (long long)hi);

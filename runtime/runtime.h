@@ -86,6 +86,8 @@ typedef struct sk_driver_api {
   sk_cu_result (*cuEventDestroy)(void *);
   sk_cu_result (*cuStreamIsCapturing)(void *, int *);
   sk_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, void *, int, size_t);
+  sk_cu_result (*cuStreamSynchronize)(void *);                            /* optional */
+  sk_cu_result (*cuMemcpyDtoH)(void *, unsigned long long, size_t);      /* optional (v2) */
 } sk_driver_api;
 extern sk_driver_api sk_cu;
 /* Set an SK_ERR_CUDA error naming the call and the driver's error name/string. */

@@ -535,3 +535,123 @@ Test(attention_ref, scratch_layout) {
   cr_assert_eq(sk_attn_region_bytes(SK_ATTN_R_PART_O, mb, mq, mw, mp, hq, dvo), 4LL * mp * hq * dvo);
   cr_assert_eq(sk_attn_scratch_bytes(mb, mq, mw, mp, hq, dvo), sk_attn_align_up(prev_end));
 }
+
+/* ---- the op layer: bind fills the kernels' parameter block as the GPU suite's direct launches do --- */
+
+#include "op.h"
+#include "sparkinfer/attention.h"
+
+/* A paged binding over fake device addresses (bind never reads them); returns the parameter block
+ * bind made (the binding state starts with it). */
+static sk_attn_params bind_paged(const sk_attn_paged_caps *caps, int64_t batch, int64_t pages, int pt_width,
+                                 const int64_t *k_strides, int scale_heads, const int64_t *scale_strides) {
+  const sk_op_def *def = sk_find_op("attention.paged");
+  cr_assert(def);
+  sk_arch_props props;
+  sk_arch_table_devices("sm_120a", &props, 1);
+  sk_plan *p;
+  cr_assert_eq(sk_plan_select_only(def, caps, &props, &p), SK_OK, "%s", sk_last_error_message());
+  const int64_t hq = caps->num_heads_q, hkv = caps->num_heads_kv, d = caps->head_dim_qk, ps = caps->page_size;
+  int64_t qs[3] = {batch, hq, d}, ks[4] = {pages, ps, hkv, d}, pts[2] = {batch, pt_width}, ss[1] = {batch},
+          cs[1] = {batch + 1}, sc[2] = {batch, scale_heads}, os[3] = {batch, hq, d};
+  const DLDataType h = {kDLBfloat, 16, 1}, kv = caps->kv_fp8 ? (DLDataType){kDLUInt, 8, 1} : h, i32 = {kDLInt, 32, 1},
+                   f32 = {kDLFloat, 32, 1};
+  const DLDevice dev = {kDLCUDA, 0};
+  DLTensor q = {(void *)0x100000, dev, 3, h, qs, NULL, 0}, k = {(void *)0x200000, dev, 4, kv, ks, (int64_t *)k_strides, 0},
+           v = {(void *)0x300000, dev, 4, kv, ks, (int64_t *)k_strides, 0}, pt = {(void *)0x400000, dev, 2, i32, pts, NULL, 0},
+           seq = {(void *)0x500000, dev, 1, i32, ss, NULL, 0}, cu = {(void *)0x600000, dev, 1, i32, cs, NULL, 0},
+           ksc = {(void *)0x700000, dev, 2, f32, sc, (int64_t *)scale_strides, 0},
+           vsc = {(void *)0x800000, dev, 2, f32, sc, (int64_t *)scale_strides, 0},
+           out = {(void *)0x900000, dev, 3, h, os, NULL, 0};
+  sk_scratch_spec spec;
+  cr_assert_eq(sk_plan_scratch_spec(p, &spec), SK_OK);
+  sk_binding *b;
+  cr_assert_eq(sk_binding_create(p, NULL, &b), SK_OK);
+  const sk_status s = sk_attn_paged_bind(b, &q, &k, &v, &pt, &seq, &cu, caps->kv_fp8 ? &ksc : NULL,
+                                         caps->kv_fp8 ? &vsc : NULL, NULL, &out, NULL, (void *)0x10000000, spec.bytes);
+  cr_assert_eq(s, SK_OK, "%s", sk_last_error_message());
+  const sk_attn_params params = *(const sk_attn_params *)b->state;
+  sk_binding_destroy(b);
+  sk_plan_destroy(p);
+  return params;
+}
+
+Test(attention_op, bind_fills_the_parameter_block) {
+  sk_attn_paged_caps caps = SK_ATTN_PAGED_CAPS_INIT;
+  caps.num_heads_q = 32, caps.num_heads_kv = 8, caps.head_dim_qk = caps.head_dim_vo = 128;
+  caps.page_size = 16, caps.max_batch = 8, caps.max_pages_per_seq = 100;
+  /* vLLM's combined cache: pages 2 x 16 x 8 x 128 elements apart */
+  const int64_t combined[4] = {2 * 16 * 8 * 128, 8 * 128, 128, 1};
+  sk_attn_params p = bind_paged(&caps, 4, 50, 128, combined, 1, NULL);
+  const sk_attn_config c = sk_attn_pick_config(SK_ATTN_KIND_DECODE, 128, 128, 0);
+  cr_expect_eq(p.batch, 4);
+  cr_expect_eq(p.paged, 1);
+  cr_expect_eq(p.page_shift, 4);
+  cr_expect_eq(p.k_page_pitch, 2 * 16 * 8 * 128);
+  cr_expect_eq(p.k_token_stride, 8 * 128);
+  cr_expect_eq(p.q_stride, 32 * 128);
+  cr_expect_eq(p.pt_stride, 128);
+  cr_expect_eq(p.max_pages, 100, "min(table width, max_pages_per_seq)");
+  cr_expect_eq(p.num_pages, 50);
+  cr_expect_eq(p.tile_q, c.tile_q);
+  cr_expect_eq(p.tile_kv, c.tile_kv);
+  cr_expect_eq(p.split, 1);
+  cr_expect_eq(p.max_batch, 8);
+  cr_expect_eq(p.window_right, 0, "paged is causal");
+  cr_expect_eq(p.lse_natural, 0);
+  cr_expect_float_eq(p.sm_scale, 1.0f / sqrtf(128.0f), 1e-7);
+  cr_expect_gt(p.attn_ctas, 0);
+  cr_expect_geq(p.max_work_items, sk_attn_min_work_items(8, 8, 4, c.tile_q));
+  cr_expect_null(p.k_scale);
+  /* FP8 with one scale for all (a stride-0 [B, 1] view) and per (request, head) */
+  caps.kv_fp8 = 1;
+  const int64_t zero[2] = {0, 0};
+  p = bind_paged(&caps, 4, 50, 100, NULL, 1, zero);
+  cr_expect_eq(p.k_scale_sb, 0);
+  cr_expect_eq(p.k_scale_sh, 0);
+  cr_expect_eq(p.pt_stride, 100);
+  p = bind_paged(&caps, 4, 50, 100, NULL, 8, NULL);
+  cr_expect_eq(p.k_scale_sb, 8);
+  cr_expect_eq(p.k_scale_sh, 1);
+  cr_expect_eq(p.tile_kv, sk_attn_pick_config(SK_ATTN_KIND_DECODE, 128, 128, 1).tile_kv);
+  /* Extend picks the wide tile where the average request fills it (D <= 128). */
+  caps.kv_fp8 = 0;
+  caps.mode = SK_ATTN_EXTEND;
+  caps.max_total_q = 4096;
+  const sk_op_def *def = sk_find_op("attention.paged");
+  sk_arch_props props;
+  sk_arch_table_devices("sm_90a", &props, 1);
+  sk_plan *pl;
+  cr_assert_eq(sk_plan_select_only(def, &caps, &props, &pl), SK_OK, "%s", sk_last_error_message());
+  cr_expect_not_null(pl->requests[2].name, "an extend plan of D 128 resolves the wide tile too");
+  sk_plan_destroy(pl);
+}
+
+Test(attention_op, caps_are_validated) {
+  const sk_op_def *def = sk_find_op("attention.paged");
+  sk_arch_props props;
+  sk_arch_table_devices("sm_120a", &props, 1);
+  sk_attn_paged_caps good = SK_ATTN_PAGED_CAPS_INIT;
+  good.num_heads_q = 8, good.num_heads_kv = 2, good.head_dim_qk = good.head_dim_vo = 128;
+  good.max_batch = 4, good.max_pages_per_seq = 10;
+  sk_plan *p;
+  cr_assert_eq(sk_plan_select_only(def, &good, &props, &p), SK_OK, "%s", sk_last_error_message());
+  sk_plan_destroy(p);
+  struct {
+    const char *what;
+    sk_status want;
+    void (*edit)(sk_attn_paged_caps *);
+  } bad[] = {
+      {"GQA ratio", SK_ERR_INVALID_ARGUMENT, NULL}, {"head dims", SK_ERR_UNSUPPORTED, NULL}, {"page size", SK_ERR_INVALID_ARGUMENT, NULL},
+      {"decode total q", SK_ERR_INVALID_ARGUMENT, NULL}, {"window", SK_ERR_INVALID_ARGUMENT, NULL},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    sk_attn_paged_caps c = good;
+    if (i == 0) c.num_heads_q = 7;
+    if (i == 1) c.head_dim_qk = 96;
+    if (i == 2) c.page_size = 24;
+    if (i == 3) c.max_total_q = 9;
+    if (i == 4) c.window_left = -2;
+    cr_expect_eq(sk_plan_select_only(def, &c, &props, &p), bad[i].want, "%s: %s", bad[i].what, sk_last_error_message());
+  }
+}
