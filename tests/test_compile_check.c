@@ -128,12 +128,44 @@ Test(compile_check, every_listed_kernel_compiles_for_every_target_arch, .timeout
 /* The sources whose every kernel the ops launch with SK_LAUNCH_OVERLAP_PREVIOUS (docs/architecture.md,
  * Launch). Such a kernel must wait for the previous one (pdl_enter or pdl_wait_for_previous) before it
  * touches memory. The check, on the embedded text: each __global__ definition's body calls a wait
- * before the next definition, or forwards to a `*_body(` device function of the same file whose
- * definition does. (What comes before the wait is left to review: today only the decode GEMM's
- * weight prefetch, which reads weights no kernel writes.) */
+ * before the next definition, or calls a device function of an embedded source (`SK_DEVICE <type>
+ * f(`) whose definition does (a `*_body` the kernel forwards to, a tile-entry helper). (What comes before
+ * the wait is left to review: today only the decode GEMM's weight prefetch, which reads weights no
+ * kernel writes.) */
 static int body_waits(const char *body, const char *end) {
   const char *w = strstr(body, "pdl_enter();"), *w2 = strstr(body, "pdl_wait_for_previous();");
   return (w && (!end || w < end)) || (w2 && (!end || w2 < end));
+}
+
+static int waits_within(const char *body, const char *end, int depth);
+
+/* Does [body, end) call a device function defined in `text` that waits (within depth calls)? */
+static int calls_waiting_helper_of(const char *text, const char *body, const char *end, int depth) {
+  for (const char *d = strstr(text, "SK_DEVICE "); d; d = strstr(d + 1, "SK_DEVICE ")) {
+    const char *paren = strchr(d, '('), *nl = strchr(d, '\n');
+    if (!paren || (nl && nl < paren)) continue;
+    const char *name = paren;
+    while (name > d && (name[-1] == '_' || (name[-1] >= 'a' && name[-1] <= 'z') || (name[-1] >= '0' && name[-1] <= '9'))) name--;
+    const char *dbody = strstr(paren, ") {\n");
+    if (name == paren || !dbody) continue;
+    char call[96];
+    int called = 0;
+    for (int form = 0; form < 2 && !called; form++) { /* f( and f<...>( */
+      snprintf(call, sizeof call, "%.*s%c", (int)(paren - name), name, form ? '<' : '(');
+      for (const char *c = strstr(body, call); c && (!end || c < end) && !called; c = strstr(c + 1, call))
+        called = c[-1] == ' ' || c[-1] == '(' || c[-1] == '!' || c[-1] == '=' || c[-1] == ':';
+    }
+    if (called && waits_within(dbody, strstr(dbody, "\n}\n"), depth - 1)) return 1;
+  }
+  return 0;
+}
+
+/* [body, end) waits itself or through device functions of the embedded sources, 3 calls deep. */
+static int waits_within(const char *body, const char *end, int depth) {
+  if (body_waits(body, end)) return 1;
+  for (size_t f = 0; f < sk_embedded_source_count && depth > 0; f++)
+    if (calls_waiting_helper_of(sk_embedded_sources[f].text, body, end, depth)) return 1;
+  return 0;
 }
 
 /* Sources whose kernels the ops launch plainly (no overlap): the tiled GEMMs; and the test probes. */
@@ -155,17 +187,7 @@ Test(compile_check, overlapped_kernels_wait_for_the_previous_kernel) {
       if (line[0] == '/' && line[1] == '/') continue; /* a comment (the launch contracts) */
       const char *body = strstr(p, ") {\n"), *next = strstr(p + 1, "__global__");
       cr_assert(body && (!next || body < next), "%s: a __global__ without a body", path);
-      const char *name = strstr(body, "_body");
-      int waits = body_waits(body, next);
-      if (!waits && name && (!next || name < next)) { /* forwards to NAME_body(...): look at its definition */
-        const char *start = name;
-        while (start > body && (start[-1] == '_' || (start[-1] >= 'a' && start[-1] <= 'z'))) start--;
-        char def[96];
-        snprintf(def, sizeof def, "SK_DEVICE void %.*s(", (int)(name - start) + 5, start);
-        const char *d = strstr(src->text, def);
-        const char *dbody = d ? strstr(d, ") {\n") : NULL;
-        waits = dbody && body_waits(dbody, strstr(dbody, "\n}\n"));
-      }
+      const int waits = waits_within(body, next, 3);
       cr_assert(waits, "%s: the kernel at byte %ld never waits for the previous kernel", path,
                 (long)(p - src->text));
       kernels++;

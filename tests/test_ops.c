@@ -8,7 +8,9 @@
  *    data pointer, another dtype, another rank, each fixed dim off by one, a misaligned pointer,
  *    non-contiguous strides; the wrong tensor count; a missing or short scratch;
  *  - refuse to run while unbound;
- *  - round-trip its caps through JSON (caps_to_json -> caps_from_json -> the same JSON). */
+ *  - round-trip its caps through JSON (caps_to_json -> caps_from_json -> the same JSON);
+ * and (sm_90a's plan) the case table's filler and reference run on the host: no input left all
+ * zeros, no reference output all zeros, a tolerance for every output. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -174,6 +176,39 @@ static void caps_round_trip(const sk_plan *plan, const char *name) {
   sk_plan_destroy(again);
 }
 
+/* Fill and reference on the host: the GPU suite's inputs and expectations are never all zeros. */
+static void reference_smoke(const skh_op *op, const skh_case *c, skh_tensor *t, size_t n, const char *name) {
+  skref_rng rng;
+  skref_rng_seed(&rng, skref_test_seed(name));
+  op->fill(c, t, n, &rng);
+  for (size_t i = 0; i < n; i++) {
+    if (!t[i].present || t[i].role == SK_TENSOR_OUT || !t[i].bytes) continue;
+    size_t j = 0;
+    while (j < t[i].bytes && !((unsigned char *)t[i].host)[j]) j++;
+    cr_expect_lt(j, t[i].bytes, "%s: fill left input %s all zeros", name, t[i].name);
+  }
+  /* A staged reference reads earlier stages from the GPU's outputs (t->host): run it once, put
+   * its outputs there as a matching GPU would, and run it again. */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      free(t[i].exact), free(t[i].magnitude);
+      t[i].exact = t[i].magnitude = NULL;
+    }
+    op->reference(c, t, n);
+    for (size_t i = 0; i < n && pass == 0; i++)
+      if (t[i].present && t[i].role != SK_TENSOR_IN) memcpy(t[i].host, t[i].expect, t[i].bytes);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!t[i].present || t[i].role == SK_TENSOR_IN || !t[i].bytes) continue;
+    size_t j = 0;
+    while (j < t[i].bytes && !((unsigned char *)t[i].expect)[j]) j++;
+    cr_expect_lt(j, t[i].bytes, "%s: the reference of %s is all zeros", name, t[i].name);
+    skh_tolerance tol = {SKH_EXACT, 0, 0, 0, 0};
+    if (op->tolerance) op->tolerance(c, t, i, &tol);
+    cr_expect(tol.check == SKH_EXACT || tol.check == SKH_CLOSE || tol.check == SKH_SKIP, "%s: tolerance of %s", name, t[i].name);
+  }
+}
+
 static void run_cpu_cases(const skh_op *op) {
   int checked = 0;
   for (size_t i = 0; i < op->count(); i++) {
@@ -212,6 +247,7 @@ static void run_cpu_cases(const skh_op *op) {
       }
       check_refusals(plan, b, &bc, name);
       caps_round_trip(plan, name);
+      if (a == 0) reference_smoke(op, &c, bc.t, bc.n, name);
       sk_binding_destroy(b);
       skh_tensors_free(bc.t, bc.n);
       sk_plan_destroy(plan);
