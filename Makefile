@@ -26,17 +26,22 @@ DEB_PACKAGES := liblmdb-dev libxxhash-dev libcjson-dev libcriterion-dev libdlpac
 
 WARN := -Wall -Wextra -Werror -Wno-missing-field-initializers
 CFLAGS ?= -O2 -g
-ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread \
-  -Iinclude -Iruntime -Icache -I$(BUILD)/gen -I$(CUDA_HOME)/include \
+# Layers: base/ (errors, env, utilities) <- cache/ (the LMDB store) <- runtime/. The objects of a
+# layer see only the include directories of the layers below it, so the layering is checked by
+# every build.
+INC = -Iinclude -Ibase -Icache -Iruntime -I$(BUILD)/gen -I$(CUDA_HOME)/include
+ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread $(INC) \
   -DSK_DEFAULT_CUDA_HOME='"$(CUDA_HOME)"'
-LIB_CFLAGS := $(ALL_CFLAGS) -fvisibility=hidden -DSK_BUILDING_LIBRARY
+LIB_CFLAGS = $(ALL_CFLAGS) -fvisibility=hidden -DSK_BUILDING_LIBRARY
+$(BUILD)/obj/base/%.o: INC = -Iinclude -Ibase
+$(BUILD)/obj/cache/%.o: INC = -Iinclude -Ibase -Icache
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
 LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnvrtc -lnvJitLink -llmdb -lxxhash -lcjson \
   -ldl -lpthread -lm
 LDFLAGS ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 
-LIB_SRCS := $(sort $(wildcard runtime/*.c runtime/ops/*/*.c cache/*.c))
+LIB_SRCS := $(sort $(wildcard base/*.c cache/*.c runtime/*.c runtime/ops/*/*.c))
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded_sources.o
 KERNEL_SRCS := $(sort $(shell find kernel_src -type f \( -name '*.cuh' -o -name '*.cu' \) 2>/dev/null))
 REF_SRCS := $(sort $(wildcard tests/ref/*.c))

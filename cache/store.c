@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "cache_internal.h"
-#include "internal.h"
+#include "base.h"
 
 #define DEFAULT_MAP_BYTES (256ull << 20)
 #define MAX_MAP_BYTES (1ull << 40) /* growth stops here: a runaway cache is a bug, not a need */

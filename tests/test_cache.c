@@ -19,7 +19,7 @@
 
 #include "cache.h"
 #include "cache_internal.h"
-#include "internal.h"
+#include "base.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Fixture: a fresh temporary root per test, removed afterwards.                             */
