@@ -1,6 +1,6 @@
 /* sk-warm - prebuild sparkinfer's kernel cache offline (no GPU needed) from a JSON manifest.
- * Exit status: 0 all built or cached, 1 some compile failed (or the cache is unusable),
- * 2 bad usage or a bad manifest (nothing is written then). */
+ * Exit status: 0 all built or cached, 1 some compile failed, the cache is unusable or a
+ * SPARKINFER_* setting is malformed, 2 bad usage or a bad manifest (nothing is written then). */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <fcntl.h>
@@ -38,8 +38,8 @@ static void usage(FILE *f) {
           "  --json            print the result as JSON on stdout\n"
           "  --quiet           no progress output\n"
           "\n"
-          "Exit status: 0 success, 1 a compile failed or the cache is unusable, 2 bad usage or bad\n"
-          "manifest (nothing is written).\n"
+          "Exit status: 0 success, 1 a compile failed, the cache is unusable or a SPARKINFER_*\n"
+          "setting is malformed, 2 bad usage or bad manifest (nothing is written).\n"
           "\n"
           "Example:\n"
           "  sk-warm --manifest serving.json --arch sm_120a,sm_121a --cache-dir ./cache -j 8\n");
@@ -322,9 +322,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (cache_dir) setenv("SPARKINFER_CACHE_DIR", cache_dir, 1);
-  if (sk_init() != SK_OK) {
+  if (sk_init() != SK_OK) { /* a malformed SPARKINFER_* setting: the environment is unusable */
     fprintf(stderr, "sk-warm: %s\n", sk_last_error_message());
-    return 2;
+    return 1;
   }
   size_t len = 0;
   char *text = read_file(manifest, &len);
