@@ -171,6 +171,23 @@ Test(sk_warm, compile_failure_exits_1) {
   free(dir);
 }
 
+Test(sk_warm, quiet_still_prints_failures) {
+  char *dir = tu_tempdir("warm");
+  char cache[600];
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  const char *m = "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":["
+                  "{\"op\":\"t\",\"source\":\"test/scale.cuh\",\"name\":\"sk_test::scale<bogus, 1>\","
+                  "\"archs\":[\"sm_120a\"]}]}";
+  char *out = NULL, *err = NULL;
+  cr_assert_eq(run_warm_env(m, cache, "--quiet", NULL, &out, &err), 1, "%s", err);
+  cr_assert(strstr(err, "FAILED") && strstr(err, "sk_test::scale<bogus, 1>") && strstr(err, "bogus"),
+            "--quiet hid the failure: [%s]", err);
+  free(out);
+  free(err);
+  tu_rmrf(dir);
+  free(dir);
+}
+
 Test(sk_warm, usage_errors_exit_2_and_help_exits_0) {
   char warm[512];
   snprintf(warm, sizeof warm, "%s/bin/sk-warm", tu_build_dir());

@@ -36,7 +36,7 @@ static void usage(FILE *f) {
           "  -j N              parallel compile processes (default: number of CPUs)\n"
           "  --dry-run         list what would be built and its cache key; compile nothing\n"
           "  --json            print the result as JSON on stdout\n"
-          "  --quiet           no progress output\n"
+          "  --quiet           no progress output (failures are still printed)\n"
           "\n"
           "Exit status: 0 success, 1 a compile failed, the cache is unusable or a SPARKINFER_*\n"
           "setting is malformed, 2 bad usage or bad manifest (nothing is written).\n"
@@ -66,7 +66,12 @@ static int quiet, tty;
 static double t_start;
 
 static void progress(const job *j) {
-  if (quiet) return;
+  if (quiet) { /* no progress, but errors always print */
+    if (j->status != SK_OK)
+      fprintf(stderr, "sk-warm: FAILED %s %s [%s]: %s\n", j->req->arch, j->req->name_expr, j->req->params,
+              j->error ? j->error : "(no message)");
+    return;
+  }
   size_t d = done_jobs;
   if (tty) {
     int width = 30, filled = njobs ? (int)((double)d / (double)njobs * width) : width;
