@@ -114,6 +114,21 @@ static const char *const bad_manifests[] = {
     "\"k\":1e300}}]}",                                                               /* unknown op, wild numbers */
     "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
     "\"name\":\"sk_test::empty<1>\",\"options\":[1]}]}",                             /* option not a string */
+    /* cJSON accepts these; the manifest parser must not: */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"arch\":\"sm_120a\"}]} trailing",             /* trailing garbage */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1}"
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"arch\":\"sm_120a\"}]}",                      /* two documents */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"params\":\"a\\u0000b\",\"arch\":\"sm_120a\"}]}", /* \u0000 in a string */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"kernels\":[{\"op\":\"t\",\"source\":\"test/scale.cuh\","
+    "\"name\":\"sk_test::empty<1>\",\"name\":\"sk_test::empty<2>\",\"arch\":\"sm_120a\"}]}", /* duplicate key */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"format\":\"x\"}",               /* duplicate top-level key */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"gemm.blockscaled\",\"archs\":[\"sm_120a\"],"
+    "\"caps\":{\"recipe\":\"mxfp8\",\"n\":128.5,\"k\":128,\"m\":[1]}}]}",                /* fractional caps.n */
+    "{\"format\":\"sparkinfer-manifest\",\"version\":1,\"ops\":[{\"op\":\"gemm.blockscaled\",\"archs\":[\"sm_120a\"],"
+    "\"caps\":{\"recipe\":\"mxfp8\",\"n\":128,\"k\":128,\"m\":[1.5]}}]}",                /* fractional caps.m[0] */
 };
 
 ParameterizedTestParameters(sk_warm, bad_manifest_exits_2_and_writes_nothing) {
