@@ -127,10 +127,17 @@ sk_status sk_cache_prune(sk_cache *c, uint64_t max_bytes, uint64_t older_than_un
 /* Write a compacted copy of the whole cache to `path` (a single LMDB file, MDB_NOSUBDIR). */
 sk_status sk_cache_export(sk_cache *c, const char *path);
 
+/* What an import did with the export's records. */
+typedef struct sk_cache_import_counts {
+  uint64_t imported; /* stored */
+  uint64_t kept;     /* valid, but the key exists and overwrite is off: the cache's record stays */
+  uint64_t invalid;  /* failed verification (or a key that is not 16 bytes): never stored */
+} sk_cache_import_counts;
+
 /* Merge the valid records of an exported file into this cache (records whose key exists are
- * kept unless `overwrite`). *imported and *skipped count records; invalid ones are skipped. */
-sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t *imported,
-                          uint64_t *skipped);
+ * kept unless `overwrite`). counts may be NULL. Every batch resumes after the whole key of the
+ * last record it took, so the import ends for any input. */
+sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, sk_cache_import_counts *counts);
 
 uint64_t sk_now_unix_ms(void);
 

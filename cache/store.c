@@ -33,12 +33,21 @@
 #define BATCH_BYTES (16u << 20) /* foreach/import move at most this much per transaction */
 #define MAX_READERS 256
 #define HOSTNAME_MAX 256
+#define MAX_KEY_BYTES 511        /* LMDB's default (mdb_env_get_maxkeysize); longer is damage */
 
 /* A write callback returns 0 to commit, TXN_DISCARD to abort without error, else an LMDB or
  * errno code (abort and fail). LMDB codes are <= -30600 and errno codes positive. */
 #define TXN_DISCARD (-1)
 
 static const char META_DATA_BYTES_KEY[] = "data_bytes";
+
+/* Keys must come in strictly increasing order (LMDB's default: memcmp, then the shorter first);
+ * anything else is a damaged tree, and a walk that trusted it might never end. */
+static int key_after(const MDB_val *k, const uint8_t *prev, size_t prev_size) {
+  size_t n = k->mv_size < prev_size ? k->mv_size : prev_size;
+  int c = memcmp(k->mv_data, prev, n);
+  return c > 0 || (c == 0 && k->mv_size > prev_size);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Shared environments                                                                       */
@@ -1249,33 +1258,56 @@ typedef struct {
   MDB_txn *src_txn;
   MDB_dbi src_records;
   int overwrite;
-  uint8_t next_key[16]; /* where this batch starts */
+  uint8_t next_key[MAX_KEY_BYTES]; /* the batch resumes after this key (the whole key: records of
+                                      other sizes are not ours, but they are in the order) */
+  size_t next_key_size;
   int started, done;
-  uint64_t imported, skipped, data_bytes_after; /* this batch */
-  uint8_t batch_last_key[16];
+  /* Out of each batch, taken by the caller once it is committed (a batch redone after the map
+   * grew starts from the same place). */
+  sk_cache_import_counts batch;
+  uint8_t batch_last[MAX_KEY_BYTES];
+  size_t batch_last_size;
   int batch_done;
+  uint64_t data_bytes_after;
 } import_ctx;
 
 static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   import_ctx *ctx = ctx_;
   shared_env *s = c->shared;
-  ctx->imported = ctx->skipped = 0;
+  memset(&ctx->batch, 0, sizeof ctx->batch);
   ctx->batch_done = 0;
   uint64_t total;
   int rc = data_bytes_get(s, txn, &total);
   if (rc) return rc;
   MDB_cursor *cur;
   if ((rc = mdb_cursor_open(ctx->src_txn, ctx->src_records, &cur)) != 0) return rc;
-  MDB_val k = {16, ctx->next_key}, v;
+  MDB_val k = {ctx->next_key_size, ctx->next_key}, v;
+  uint8_t last[MAX_KEY_BYTES];
+  size_t last_size = ctx->next_key_size;
+  memcpy(last, ctx->next_key, last_size);
   if (!ctx->started) {
     rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
   } else {
     rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    if (rc == 0 && k.mv_size == 16 && memcmp(k.mv_data, ctx->next_key, 16) == 0)
+    if (rc == 0 && k.mv_size == last_size &&
+        memcmp(k.mv_data, last, last_size) == 0)
       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
+  int have_last = ctx->started;
   uint64_t added = 0, removed = 0, bytes = 0;
   while (rc == 0 && bytes < BATCH_BYTES) {
+    /* Each record must come after the last one, or a batch could restart where it began. */
+    if (k.mv_size > MAX_KEY_BYTES) {
+      rc = MDB_BAD_VALSIZE;
+      break;
+    }
+    if (have_last && !key_after(&k, last, last_size)) {
+      rc = MDB_CORRUPTED;
+      break;
+    }
+    have_last = 1;
+    memcpy(last, k.mv_data, k.mv_size);
+    last_size = k.mv_size;
     sk_record r;
     MDB_val old;
     int valid = k.mv_size == 16 && sk_record_decode(v.mv_data, v.mv_size, k.mv_data, &r) == SK_OK;
@@ -1286,22 +1318,19 @@ static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
       exists = rc == 0;
       rc = 0;
     }
-    if (!valid || (exists && !ctx->overwrite)) {
-      ctx->skipped++;
+    if (!valid) {
+      ctx->batch.invalid++;
+    } else if (exists && !ctx->overwrite) {
+      ctx->batch.kept++;
     } else {
       size_t old_size = exists ? old.mv_size : 0;
       MDB_val nv = v;
       if ((rc = mdb_put(txn, s->records, &k, &nv, 0)) != 0) break;
       added += v.mv_size;
       removed += old_size;
-      ctx->imported++;
+      ctx->batch.imported++;
     }
     bytes += v.mv_size;
-    if (k.mv_size >= 16) memcpy(ctx->batch_last_key, k.mv_data, 16);
-    else {
-      memset(ctx->batch_last_key, 0, 16);
-      memcpy(ctx->batch_last_key, k.mv_data, k.mv_size);
-    }
     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
   mdb_cursor_close(cur);
@@ -1310,14 +1339,14 @@ static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
     rc = 0;
   }
   if (rc) return rc;
+  memcpy(ctx->batch_last, last, last_size);
+  ctx->batch_last_size = last_size;
   ctx->data_bytes_after = (total >= removed ? total - removed : 0) + added;
   return data_bytes_set(s, txn, ctx->data_bytes_after);
 }
 
-sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t *imported,
-                          uint64_t *skipped) {
-  if (imported) *imported = 0;
-  if (skipped) *skipped = 0;
+sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, sk_cache_import_counts *counts) {
+  if (counts) memset(counts, 0, sizeof *counts);
   if (!c || !path || !*path)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_cache_import: NULL argument");
   if (!writable(c)) return refuse_write(c, "import");
@@ -1327,6 +1356,9 @@ sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t
   if (!S_ISREG(st.st_mode))
     return sk_set_error(SK_ERR_CACHE, "import %s: not a regular file (expected a file written by "
                         "sk-cache export)", path);
+  if (st.st_size == 0)
+    return sk_set_error(SK_ERR_CACHE, "import %s: the file is empty (expected a file written by sk-cache export)",
+                        path);
   MDB_env *src = NULL;
   int rc = mdb_env_create(&src);
   if (rc == 0) {
@@ -1342,7 +1374,8 @@ sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t
   MDB_txn *src_txn = NULL;
   import_ctx ctx;
   memset(&ctx, 0, sizeof ctx);
-  uint64_t total_imported = 0, total_skipped = 0, data_bytes = 0;
+  sk_cache_import_counts total = {0, 0, 0};
+  uint64_t data_bytes = 0;
   if (status == SK_OK && (rc = mdb_txn_begin(src, NULL, MDB_RDONLY, &src_txn)) != 0)
     status = sk_set_error(SK_ERR_CACHE, "import %s: %s", path, mdb_strerror(rc));
   if (status == SK_OK && (rc = mdb_dbi_open(src_txn, "records", 0, &ctx.src_records)) != 0)
@@ -1351,25 +1384,29 @@ sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t
                                              : mdb_strerror(rc));
   ctx.src_txn = src_txn;
   ctx.overwrite = overwrite;
-  /* One write transaction per batch keeps a huge import from needing a huge dirty list. */
+  /* One write transaction per batch keeps a huge import from needing a huge dirty list. Every
+   * batch takes at least one record and resumes after the last one, so this ends. */
   while (status == SK_OK && !ctx.done) {
     rc = run_write(c, import_fn, &ctx);
     if (rc) {
-      status = sk_set_error(SK_ERR_CACHE, "import %s into cache %s: %s", path, c->dir,
-                            mdb_strerror(rc));
+      if (rc == MDB_CORRUPTED)
+        status = sk_set_error(SK_ERR_CACHE, "import %s: the file is damaged (records out of key order); %llu records "
+                              "were imported before it was found", path, (unsigned long long)total.imported);
+      else status = sk_set_error(SK_ERR_CACHE, "import %s into cache %s: %s", path, c->dir, mdb_strerror(rc));
       break;
     }
-    total_imported += ctx.imported;
-    total_skipped += ctx.skipped;
+    total.imported += ctx.batch.imported;
+    total.kept += ctx.batch.kept;
+    total.invalid += ctx.batch.invalid;
     data_bytes = ctx.data_bytes_after;
-    memcpy(ctx.next_key, ctx.batch_last_key, 16);
+    memcpy(ctx.next_key, ctx.batch_last, ctx.batch_last_size);
+    ctx.next_key_size = ctx.batch_last_size;
     ctx.started = 1;
     ctx.done = ctx.batch_done;
   }
   if (src_txn) mdb_txn_abort(src_txn);
   mdb_env_close(src);
-  if (imported) *imported = total_imported;
-  if (skipped) *skipped = total_skipped;
+  if (counts) *counts = total;
   if (status == SK_OK) auto_prune(c, data_bytes, NULL);
   return status;
 }
