@@ -111,8 +111,24 @@ const sk_runtime_config *sk_config(void) {
   return &config;
 }
 
+/* The cache file turned out damaged while in use: memory-only from now on, said once. The handle
+ * stays open (other threads may be inside a call); it fails every call anyway. */
+static atomic_int cache_lost;
+static void lose_cache(void) {
+  if (atomic_exchange(&cache_lost, 1)) return;
+  pthread_mutex_lock(&freeze_mu);
+  cache_info.mode = SK_CACHE_MODE_MEMORY_ONLY;
+  snprintf(cache_info.reason, sizeof cache_info.reason, "%s", sk_last_error_message());
+  pthread_mutex_unlock(&freeze_mu);
+  sk_warn("kernel cache disabled (memory-only) from now on: %s", cache_info.reason);
+}
+
 sk_cache *sk_runtime_cache(void) {
   pthread_once(&cache_once, open_cache);
+  if (SK_UNLIKELY(cache && sk_cache_is_damaged(cache))) { /* the message names the file */
+    lose_cache();
+    return NULL;
+  }
   return cache;
 }
 
@@ -123,8 +139,10 @@ SK_API int sk_abi_version(void) { return SPARKINFER_ABI_VERSION; }
 
 SK_API sk_status sk_get_cache_info(sk_cache_info *out) {
   if (!out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_get_cache_info: out is NULL");
-  pthread_once(&cache_once, open_cache);
+  sk_runtime_cache(); /* opens it, and notices a damaged one */
+  pthread_mutex_lock(&freeze_mu);
   *out = cache_info;
+  pthread_mutex_unlock(&freeze_mu);
   return SK_OK;
 }
 
