@@ -65,11 +65,15 @@ static const char *const bad_settings[] = {
     "SPARKINFER_CACHE_MAX_BYTES=-5",       "SPARKINFER_CACHE_INITIAL_MAP_BYTES=99999999999999999999",
 };
 
-ParameterizedTestParameters(sk_warm, malformed_cache_setting_exits_1_and_writes_nothing) {
-  static int idx[sizeof bad_settings / sizeof bad_settings[0]];
-  for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++) idx[i] = (int)i;
-  return cr_make_param_array(int, idx, sizeof idx / sizeof idx[0]);
-}
+/* The parameters of a test run once per entry of `table`: the entry's index. */
+#define INDEX_PARAMETERS(suite, test, table)                                                     \
+  ParameterizedTestParameters(suite, test) {                                                     \
+    static int idx[sizeof table / sizeof table[0]];                                              \
+    for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++) idx[i] = (int)i;                     \
+    return cr_make_param_array(int, idx, sizeof idx / sizeof idx[0]);                            \
+  }
+
+INDEX_PARAMETERS(sk_warm, malformed_cache_setting_exits_1_and_writes_nothing, bad_settings)
 
 ParameterizedTest(int *i, sk_warm, malformed_cache_setting_exits_1_and_writes_nothing) {
   char *dir = tu_tempdir("warm");
@@ -131,11 +135,7 @@ static const char *const bad_manifests[] = {
     "\"caps\":{\"recipe\":\"mxfp8\",\"n\":128,\"k\":128,\"m\":[1.5]}}]}",                /* fractional caps.m[0] */
 };
 
-ParameterizedTestParameters(sk_warm, bad_manifest_exits_2_and_writes_nothing) {
-  static int idx[sizeof bad_manifests / sizeof bad_manifests[0]];
-  for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++) idx[i] = (int)i;
-  return cr_make_param_array(int, idx, sizeof idx / sizeof idx[0]);
-}
+INDEX_PARAMETERS(sk_warm, bad_manifest_exits_2_and_writes_nothing, bad_manifests)
 
 ParameterizedTest(int *i, sk_warm, bad_manifest_exits_2_and_writes_nothing) {
   char *dir = tu_tempdir("warm");
