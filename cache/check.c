@@ -277,6 +277,58 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* A database record of a meta page: the key and duplicate flags LMDB gives it (the free list's
+ * record also keeps environment flags, such as MDB_NOSUBDIR, in the same field), a root inside
+ * the file. */
+#define DB_KEY_FLAGS 0x7eu /* REVERSEKEY, DUPSORT, INTEGERKEY, DUPFIXED, INTEGERDUP, REVERSEDUP */
+static int check_meta_db(walker *w, const uint8_t *db, unsigned key_flags, const char *name, uint64_t last_pg) {
+  const uint64_t root = sk_le64_load(db + DB_ROOT);
+  if ((le16(db + DB_FLAGS) & DB_KEY_FLAGS) != key_flags)
+    return damaged(w, "meta page: %s flags 0x%x", name, le16(db + DB_FLAGS));
+  if (root != P_INVALID && (root < 2 || root > last_pg))
+    return damaged(w, "meta page: %s root page %llu outside pages 2..%llu", name, (unsigned long long)root,
+                   (unsigned long long)last_pg);
+  return 0;
+}
+
+int sk_lmdb_check_meta(const char *path, char *why, size_t why_size) {
+  why[0] = '\0';
+  FILE *f = fopen(path, "rbe");
+  if (!f) {
+    snprintf(why, why_size, "%s: %s", path, strerror(errno));
+    return -1;
+  }
+  walker w = {fileno(f), 0, 0, NULL, why, why_size};
+  uint8_t meta[PAGE_HDR + 136];
+  int rc = 0;
+  size_t psize = 0;
+  /* Meta page 0 says where meta page 1 is: its page size (the free list's md_pad). */
+  for (int m = 0; m < 2 && !rc; m++) {
+    w.psize = m ? psize : 1; /* read_at reads page m at m * psize */
+    if (read_at(&w, (uint64_t)m, meta, sizeof meta)) {
+      rc = -1; /* too short for LMDB, which says so */
+      break;
+    }
+    const uint32_t page_size = sk_le32_load(meta + META_DBS);
+    const uint64_t last_pg = sk_le64_load(meta + META_LAST_PG);
+    if (sk_le32_load(meta + PAGE_HDR) != META_MAGIC || sk_le32_load(meta + PAGE_HDR + 4) != 1) {
+      rc = -1; /* not LMDB's, or another version: mdb_env_open says so */
+      snprintf(why, why_size, "not an LMDB 0.9 file");
+    } else if (page_size < 512 || page_size > (1u << 16) || (page_size & (page_size - 1)) ||
+               (m && page_size != psize)) {
+      rc = damaged(&w, "meta page %d: page size %u", m, page_size);
+    } else if (last_pg < 1) {
+      rc = damaged(&w, "meta page %d: last page %llu", m, (unsigned long long)last_pg);
+    } else {
+      psize = page_size;
+      rc = check_meta_db(&w, meta + META_DBS, MDB_INTEGERKEY_FLAG, "free list", last_pg) ||
+           check_meta_db(&w, meta + META_DBS + DB_SIZE, 0, "main database", last_pg);
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
 int sk_lmdb_check(struct MDB_env *env, struct MDB_txn *txn, char *why, size_t why_size) {
   why[0] = '\0';
   MDB_stat st;

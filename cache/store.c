@@ -600,11 +600,18 @@ static sk_status open_shared_env(const char *dir, int readonly, uint64_t initial
   /* An empty data.mdb (a writer created it and was killed before LMDB wrote to it) is a new
    * cache to a writer; read-only, LMDB fails on it with a misleading errno: say what it is. */
   struct stat dst;
+  char why[400];
   if (stat(data_path, &dst) == 0 && S_ISREG(dst.st_mode)) {
     if (dst.st_size == 0 && readonly) {
       status = sk_set_error(SK_ERR_CACHE, "no cache at %s: its data.mdb is empty (0 bytes; a writer created it and "
                             "stored nothing, or was killed first); sk-warm or sk-cache import initialise it",
                             dir);
+      goto fail;
+    }
+    /* LMDB trusts the meta pages' page size and roots as soon as it opens the file. */
+    if (dst.st_size > 0 && sk_lmdb_check_meta(data_path, why, sizeof why) > 0) {
+      status = sk_set_error(SK_ERR_CACHE, "cache %s: %s is damaged (%s); remove the directory to start a new cache",
+                            dir, data_path, why);
       goto fail;
     }
   }
@@ -1622,6 +1629,9 @@ sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, sk_cache
   if (st.st_size == 0)
     return sk_set_error(SK_ERR_CACHE, "import %s: the file is empty (expected a file written by sk-cache export)",
                         path);
+  char why[400];
+  if (sk_lmdb_check_meta(path, why, sizeof why) > 0)
+    return sk_set_error(SK_ERR_CACHE, "import %s: the file is damaged (%s); nothing was imported", path, why);
   MDB_env *src = NULL;
   int rc = mdb_env_create(&src);
   if (rc == 0) {
@@ -1648,7 +1658,6 @@ sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, sk_cache
   uint64_t data_bytes = 0;
   if (status == SK_OK && (rc = mdb_txn_begin(src, NULL, MDB_RDONLY, &src_txn)) != 0)
     status = sk_set_error(SK_ERR_CACHE, "import %s: %s", path, mdb_strerror(rc));
-  char why[400];
   if (status == SK_OK && sk_lmdb_check(src, src_txn, why, sizeof why) > 0)
     status = sk_set_error(SK_ERR_CACHE, "import %s: the file is damaged (%s); nothing was imported", path, why);
   if (status == SK_OK && (rc = mdb_dbi_open(src_txn, "records", 0, &ctx.src_records)) != 0)

@@ -773,6 +773,40 @@ Test(cache, damage_found_in_use_stops_the_cache) {
   free_rec(&big);
 }
 
+Test(cache, damaged_meta_page_is_refused) {
+  /* LMDB takes the page size, flags and roots of its meta pages on trust: a wrong page size made
+   * it read its second meta page, and every page after, at the wrong place (SIGBUS). */
+  test_rec t;
+  make_rec(&t, 100);
+  sk_cache *c = open_cache();
+  put_ok(c, &t);
+  sk_cache_close(c);
+  char dir[400], data[480];
+  snprintf(dir, sizeof dir, "%s/compact", root_dir);
+  snprintf(data, sizeof data, "%s/data.mdb", dir);
+  install_compact_copy(dir);
+  size_t size;
+  uint8_t *pristine = read_all(data, &size);
+  const size_t psize = (size_t)sysconf(_SC_PAGESIZE);
+  /* in each meta page: the page size's high bytes, the free list's flags, the main root */
+  const size_t fields[] = {16 + 24 + 2, 16 + 24 + 3, 16 + 24 + 4, 16 + 72 + 40 + 3};
+  for (size_t m = 0; m < 2; m++)
+    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
+      uint8_t *bad = malloc(size);
+      memcpy(bad, pristine, size);
+      bad[m * psize + fields[f]] ^= 0x40;
+      write_all(data, bad, size);
+      free(bad);
+      for (int ro = 0; ro <= 1; ro++) {
+        sk_cache_options o = {.dir = dir, .readonly = ro};
+        cr_assert_eq(sk_cache_open(&o, &c), SK_ERR_CACHE, "meta %zu byte %zu", m, fields[f]);
+        cr_assert(strstr(sk_last_error_message(), "is damaged (meta page"), "%s", sk_last_error_message());
+      }
+    }
+  free(pristine);
+  free_rec(&t);
+}
+
 static int run_tool(char *out, size_t size, const char *fmt, ...) SK_PRINTF(3, 4);
 static const char *tool_path(void);
 
