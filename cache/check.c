@@ -3,10 +3,11 @@
  *
  * LMDB does not checksum its pages and trusts what it reads: a damaged page header, node offset
  * or size makes its own code (a lookup, a cursor step, the copy of a page a write is about to
- * change) read or write outside the page and fault. So before the store uses a file it walks
- * every B-tree of one snapshot itself, reading the pages with pread (nothing read is trusted,
- * nothing can fault), and checks what LMDB's code relies on. Any failure means the file is
- * damaged; LMDB is then never asked to read it.
+ * change) read or write outside the page and fault. So before the store uses a file it checks
+ * the two meta pages (sk_lmdb_check_meta, before mdb_env_open), then walks every B-tree of one
+ * snapshot itself (sk_lmdb_check), reading pages with pread (nothing read is trusted, nothing can
+ * fault), and checks what LMDB's code relies on. Any failure means the file is damaged, and LMDB
+ * is never asked to walk it.
  *
  * The layout is LMDB 0.9's data format (mdb.c, MDB_DATA_VERSION 1), native little-endian:
  *   page   pgno u64 | pad u16 | flags u16 | lower u16 | upper u16 (overflow: page count u32) |
