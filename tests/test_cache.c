@@ -773,18 +773,24 @@ Test(cache, damage_found_in_use_stops_the_cache) {
   free_rec(&big);
 }
 
+/* A cache of one small record, compacted into root_dir/compact (dir): returns the leaf offset. */
+static size_t compact_cache_of_one(test_rec *t, char *dir, size_t dir_size) {
+  make_rec(t, 100);
+  sk_cache *c = open_cache();
+  put_ok(c, t);
+  sk_cache_close(c);
+  snprintf(dir, dir_size, "%s/compact", root_dir);
+  return install_compact_copy(dir);
+}
+
 Test(cache, damaged_meta_page_is_refused) {
   /* LMDB takes the page size, flags and roots of its meta pages on trust: a wrong page size made
    * it read its second meta page, and every page after, at the wrong place (SIGBUS). */
   test_rec t;
-  make_rec(&t, 100);
-  sk_cache *c = open_cache();
-  put_ok(c, &t);
-  sk_cache_close(c);
   char dir[400], data[480];
-  snprintf(dir, sizeof dir, "%s/compact", root_dir);
+  compact_cache_of_one(&t, dir, sizeof dir);
   snprintf(data, sizeof data, "%s/data.mdb", dir);
-  install_compact_copy(dir);
+  sk_cache *c = NULL;
   size_t size;
   uint8_t *pristine = read_all(data, &size);
   const size_t psize = (size_t)sysconf(_SC_PAGESIZE);
@@ -812,13 +818,9 @@ static const char *tool_path(void);
 
 Test(cache, damaged_file_is_refused_by_the_runtime_and_the_tools) {
   test_rec t;
-  make_rec(&t, 100);
-  sk_cache *c = open_cache();
-  put_ok(c, &t);
-  sk_cache_close(c);
   char dir[400];
-  snprintf(dir, sizeof dir, "%s/compact", root_dir);
-  damage_value_size(dir, install_compact_copy(dir), t.rec.key);
+  const size_t leaf = compact_cache_of_one(&t, dir, sizeof dir);
+  damage_value_size(dir, leaf, t.rec.key);
 
   /* The runtime: memory-only, with the reason, and it still compiles. */
   setenv("SPARKINFER_CACHE_DIR", dir, 1);
