@@ -59,7 +59,10 @@ static int set_immutable(const char *path, int on) {
 
 static char immutable_path[400];
 
+static char scan_root[64]; /* the page scan's directory on tmpfs, outside root_dir */
+
 static void teardown(void) {
+  if (scan_root[0]) nftw(scan_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (immutable_path[0]) set_immutable(immutable_path, 0);
   if (root_dir[0]) nftw(root_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
@@ -616,7 +619,7 @@ Test(cache, damaged_leaf_page_scan_never_crashes) { /* each probe has its own al
 
   /* The probes commit (fdatasync) several times each: on tmpfs when there is one, so that the
    * scan takes seconds, not minutes. */
-  char scan_root[64], dir[400], fresh[400], data[480], lock[480];
+  char dir[400], fresh[400], data[480], lock[480];
   snprintf(scan_root, sizeof scan_root, "%s/sk-cache-scan-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
   cr_assert_not_null(mkdtemp(scan_root), "mkdtemp: %s", strerror(errno));
   snprintf(dir, sizeof dir, "%s/flip", scan_root);
@@ -655,7 +658,6 @@ Test(cache, damaged_leaf_page_scan_never_crashes) { /* each probe has its own al
       detected++;
     }
   }
-  nftw(scan_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   fprintf(stderr, "damaged leaf scan: %d flips, %d detected as damage, %d failed\n", tried - 1, detected, failures);
   cr_assert_eq(failures, 0, "%d of %d single-byte flips of the records leaf page (file offset %zu) took the probe "
                "down:%s", failures, tried - 1, leaf, first_failures);
