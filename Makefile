@@ -27,10 +27,15 @@ DEB_PACKAGES := liblmdb-dev libxxhash-dev libcjson-dev libcriterion-dev libdlpac
 
 WARN := -Wall -Wextra -Werror -Wno-missing-field-initializers
 CFLAGS ?= -O2 -g
-ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread \
-  -Iinclude -Iruntime -Icache -Iops -I$(BUILD)/gen -I$(CUDA_HOME)/include \
+# Layers: base/ (errors, env, utilities) <- cache/ (the LMDB store) <- runtime/ <- ops/. The
+# objects of base/ and cache/ see only the include directories of the layers below them, so the
+# layering is checked by every build.
+INC = -Iinclude -Ibase -Icache -Iruntime -Iops -I$(BUILD)/gen -I$(CUDA_HOME)/include
+ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -D_GNU_SOURCE -pthread $(INC) \
   -DSK_DEFAULT_CUDA_HOME='"$(CUDA_HOME)"'
-LIB_CFLAGS := $(ALL_CFLAGS) -fvisibility=hidden -DSK_BUILDING_LIBRARY
+LIB_CFLAGS = $(ALL_CFLAGS) -fvisibility=hidden -DSK_BUILDING_LIBRARY
+$(BUILD)/obj/base/%.o: INC = -Iinclude -Ibase
+$(BUILD)/obj/cache/%.o: INC = -Iinclude -Ibase -Icache
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
 LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnvrtc -lnvJitLink -llmdb -lxxhash -lcjson \
   -ldl -lpthread -lm
@@ -41,7 +46,7 @@ ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 # references (ref*.c, tests only), case tables (cases*.c, tests only) and contract docs.
 OP_TEST_SRC = $(filter ref% cases%,$(notdir $(1)))
 OP_HOST_SRCS := $(foreach f,$(wildcard ops/*/*.c),$(if $(call OP_TEST_SRC,$(f)),,$(f)))
-LIB_SRCS := $(sort $(wildcard runtime/*.c cache/*.c) $(OP_HOST_SRCS))
+LIB_SRCS := $(sort $(wildcard base/*.c cache/*.c runtime/*.c) $(OP_HOST_SRCS))
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded_sources.o
 KERNEL_SRCS := $(sort $(shell find ops -type f \( -name '*.cuh' -o -name '*.cu' \) 2>/dev/null))
 REF_SRCS := $(sort $(wildcard ops/*/ref*.c))

@@ -54,11 +54,19 @@ typedef struct sk_cache_options {
 /* Open (creating the directory 0700 when missing and not readonly). Refuses, with
  * SK_ERR_CACHE and a message that says why: a directory owned by another user, a directory
  * writable by group or others, a network filesystem (NFS, CIFS/SMB, ...), a path that cannot be
- * created or opened. The caller decides to degrade to memory-only. */
+ * created or opened, a data file that is not LMDB's, truncated, damaged (the structure check of
+ * check.c walks every B-tree page first) or, read-only, empty. The caller decides to degrade to
+ * memory-only. */
 sk_status sk_cache_open(const sk_cache_options *opts, sk_cache **out);
 void sk_cache_close(sk_cache *c);
 const char *sk_cache_dir(const sk_cache *c);
 int sk_cache_is_readonly(const sk_cache *c);
+
+/* Whether the data file turned out to be damaged while in use (a key or value outside the file,
+ * or LMDB reporting corruption); when it did, the thread's message says so, naming the file.
+ * From then on every call fails with SK_ERR_CACHE and that message, and nothing is read from the
+ * file or written to it. Thread-safe. */
+int sk_cache_is_damaged(const sk_cache *c);
 
 /* After this no call writes (puts, claims, last-used updates, prunes return SK_OK doing
  * nothing or SK_ERR_CACHE for explicit writes). Used by the freeze. Thread-safe. */
@@ -127,10 +135,19 @@ sk_status sk_cache_prune(sk_cache *c, uint64_t max_bytes, uint64_t older_than_un
 /* Write a compacted copy of the whole cache to `path` (a single LMDB file, MDB_NOSUBDIR). */
 sk_status sk_cache_export(sk_cache *c, const char *path);
 
+/* What an import did with the export's records. */
+typedef struct sk_cache_import_counts {
+  uint64_t imported; /* stored */
+  uint64_t kept;     /* valid, but the key exists and overwrite is off: the cache's record stays */
+  uint64_t invalid;  /* failed verification (or a key that is not 16 bytes): never stored */
+} sk_cache_import_counts;
+
 /* Merge the valid records of an exported file into this cache (records whose key exists are
- * kept unless `overwrite`). *imported and *skipped count records; invalid ones are skipped. */
-sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t *imported,
-                          uint64_t *skipped);
+ * kept unless `overwrite`). counts may be NULL. The file's structure is checked first (as at
+ * open): a damaged one is refused, SK_ERR_CACHE naming it, before anything is imported. Every
+ * batch resumes after the whole key of the last record it took, so the import ends for any
+ * input. */
+sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, sk_cache_import_counts *counts);
 
 uint64_t sk_now_unix_ms(void);
 

@@ -56,6 +56,18 @@ void sk_record_set_last_used(void *buf, size_t size, uint64_t last_used_unix_ms)
  * for a local one. */
 const char *sk_cache_network_fs_name(unsigned long long f_type);
 
+/* The structure check (cache/check.c): walk every B-tree of the snapshot of read transaction
+ * `txn` in the data file with pread and check what LMDB's code relies on (page headers, node
+ * extents, key order, child and overflow page numbers, the free list). 0: sound; 1: damaged, why
+ * says where; -1: could not check (why says why). Reads nothing through LMDB's map. */
+struct MDB_env;
+struct MDB_txn;
+int sk_lmdb_check(struct MDB_env *env, struct MDB_txn *txn, char *why, size_t why_size);
+/* The two meta pages of a data file, before LMDB reads them (it trusts their page size, flags and
+ * roots): magic and version, one page size (a power of two, 512..64 KiB), the free list's and the
+ * main database's flags, roots inside the file. Same return values. */
+int sk_lmdb_check_meta(const char *path, char *why, size_t why_size);
+
 /* "0123abcd..." (32 hex digits + NUL) */
 void sk_cache_key_hex(const uint8_t key[16], char out[33]);
 

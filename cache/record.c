@@ -13,7 +13,7 @@
 #include <xxhash.h>
 
 #include "cache_internal.h"
-#include "internal.h"
+#include "base.h"
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 

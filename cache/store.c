@@ -15,12 +15,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cache_internal.h"
-#include "internal.h"
+#include "base.h"
 
 #define DEFAULT_MAP_BYTES (256ull << 20)
 #define MAX_MAP_BYTES (1ull << 40) /* growth stops here: a runaway cache is a bug, not a need */
@@ -33,12 +34,163 @@
 #define BATCH_BYTES (16u << 20) /* foreach/import move at most this much per transaction */
 #define MAX_READERS 256
 #define HOSTNAME_MAX 256
+#define MAX_KEY_BYTES 511        /* LMDB's default (mdb_env_get_maxkeysize); longer is damage */
 
 /* A write callback returns 0 to commit, TXN_DISCARD to abort without error, else an LMDB or
  * errno code (abort and fail). LMDB codes are <= -30600 and errno codes positive. */
 #define TXN_DISCARD (-1)
 
 static const char META_DATA_BYTES_KEY[] = "data_bytes";
+
+/* ---------------------------------------------------------------------------------------- */
+/* Damage guard                                                                              */
+
+/* LMDB does not checksum its pages. A damaged leaf node hands out a key or value whose size or
+ * address lies outside the data file, and touching those bytes faults: SIGBUS past the end of
+ * the file, SIGSEGV outside the map. So every key and value the store touches is first checked
+ * against the mapping of the data file that holds it and the file's size. LMDB's own map
+ * address is not exported: the mapping is found in /proc/self/maps, by the address. */
+typedef struct guard {
+  pthread_mutex_t mu;
+  int fd;                 /* the data file (LMDB's descriptor) */
+  dev_t dev;
+  ino_t ino;
+  uint64_t map_size;      /* the environment's map size: how its mapping is recognised when the
+                             kernel reports another device (stacking filesystems) */
+  uintptr_t start, end;   /* the mapping that held the last address checked */
+  uint64_t offset;        /* file offset of start */
+  uint64_t file_size;     /* refreshed when an address seems to lie past it */
+  int no_maps;            /* /proc/self/maps unreadable: addresses cannot be checked */
+  atomic_int damaged;     /* set once; why[] is written before it */
+  char why[400];
+} guard;
+
+static int guard_init(guard *g, MDB_env *env) {
+  memset(g, 0, sizeof *g);
+  pthread_mutex_init(&g->mu, NULL);
+  atomic_init(&g->damaged, 0);
+  struct stat st;
+  MDB_envinfo info;
+  int rc = mdb_env_get_fd(env, &g->fd);
+  if (rc) return rc;
+  if (fstat(g->fd, &st) != 0) return errno;
+  if ((rc = mdb_env_info(env, &info)) != 0) return rc;
+  g->dev = st.st_dev;
+  g->ino = st.st_ino;
+  g->file_size = (uint64_t)st.st_size;
+  g->map_size = info.me_mapsize;
+  return 0;
+}
+
+static void guard_destroy(guard *g) { pthread_mutex_destroy(&g->mu); }
+
+/* After mdb_env_set_mapsize (LMDB unmaps and maps again, maybe elsewhere); the caller holds the
+ * environment's map lock exclusive. */
+static void guard_remapped(guard *g, MDB_env *env) {
+  MDB_envinfo info;
+  pthread_mutex_lock(&g->mu);
+  g->start = g->end = 0;
+  if (mdb_env_info(env, &info) == 0) g->map_size = info.me_mapsize;
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Record the mapping of the data file that contains address a (g->start == g->end == 0 when
+ * none does). Called with g->mu held. */
+static void guard_find_mapping(guard *g, uintptr_t a) {
+  g->start = g->end = 0;
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (!f) {
+    g->no_maps = 1;
+    return;
+  }
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    size_t n = strlen(line);
+    int whole = n && line[n - 1] == '\n';
+    unsigned long long lo, hi, off, inode;
+    unsigned maj, min;
+    char perms[8];
+    if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &min, &inode) == 7 &&
+        a >= lo && a < hi && strlen(perms) == 4 && perms[3] == 's') {
+      int ours = (maj == major(g->dev) && min == minor(g->dev) && inode == (unsigned long long)g->ino) ||
+                 (off == 0 && hi - lo == g->map_size);
+      if (ours) {
+        g->start = (uintptr_t)lo;
+        g->end = (uintptr_t)hi;
+        g->offset = off;
+      }
+      break;
+    }
+    while (!whole && fgets(line, sizeof line, f)) { /* the rest of a long line (a long path) */
+      n = strlen(line);
+      whole = n && line[n - 1] == '\n';
+    }
+  }
+  fclose(f);
+}
+
+static int guard_in_file(const guard *g, uintptr_t a, size_t n) {
+  return a >= g->start && a < g->end && n <= g->end - a && g->offset + (a - g->start) + n <= g->file_size;
+}
+
+/* Whether the n bytes at p lie inside the mapped data file. */
+static int guard_check(guard *g, const void *p, size_t n) {
+  const uintptr_t a = (uintptr_t)p;
+  if (n == 0) return 1;
+  if (a + n < a) return 0;
+  pthread_mutex_lock(&g->mu);
+  int ok = 1;
+  if (!g->no_maps) {
+    if (!(a >= g->start && a < g->end)) guard_find_mapping(g, a);
+    ok = g->no_maps || guard_in_file(g, a, n);
+    if (!ok && g->end) { /* maybe the file grew since we looked */
+      struct stat st;
+      if (fstat(g->fd, &st) == 0) g->file_size = (uint64_t)st.st_size;
+      ok = guard_in_file(g, a, n);
+    }
+  }
+  pthread_mutex_unlock(&g->mu);
+  return ok;
+}
+
+/* Mark the file damaged (the first reason is kept) and return MDB_CORRUPTED, which every caller
+ * passes up like an LMDB error. */
+static int guard_damage(guard *g, const char *fmt, ...) SK_PRINTF(2, 3);
+static int guard_damage(guard *g, const char *fmt, ...) {
+  pthread_mutex_lock(&g->mu);
+  if (!atomic_load(&g->damaged)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->why, sizeof g->why, fmt, ap);
+    va_end(ap);
+    atomic_store(&g->damaged, 1);
+  }
+  pthread_mutex_unlock(&g->mu);
+  return MDB_CORRUPTED;
+}
+
+/* 0 when a key or value from the file may be read, else MDB_CORRUPTED with the reason. */
+static int guard_key(guard *g, const MDB_val *k) {
+  if (k->mv_size > MAX_KEY_BYTES)
+    return guard_damage(g, "a key of %zu bytes (LMDB keys are at most %d)", k->mv_size, MAX_KEY_BYTES);
+  if (!guard_check(g, k->mv_data, k->mv_size))
+    return guard_damage(g, "a key of %zu bytes lies outside the file", k->mv_size);
+  return 0;
+}
+
+static int guard_value(guard *g, const MDB_val *v, const char *what) {
+  if (!guard_check(g, v->mv_data, v->mv_size))
+    return guard_damage(g, "%s of %zu bytes lies outside the file", what, v->mv_size);
+  return 0;
+}
+
+/* Keys must come in strictly increasing order (LMDB's default: memcmp, then the shorter first);
+ * anything else is a damaged tree, and a walk that trusted it might never end. */
+static int key_after(const MDB_val *k, const uint8_t *prev, size_t prev_size) {
+  size_t n = k->mv_size < prev_size ? k->mv_size : prev_size;
+  int c = memcmp(k->mv_data, prev, n);
+  return c > 0 || (c == 0 && k->mv_size > prev_size);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Shared environments                                                                       */
@@ -60,6 +212,7 @@ typedef struct shared_env {
   /* Transactions hold it shared; resizing the map (which needs no live transaction in this
    * process) holds it exclusive. */
   pthread_rwlock_t map_lock;
+  guard guard; /* what is read from the file is checked first; damage stops all use */
 } shared_env;
 
 static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -90,11 +243,23 @@ static void sleep_seconds(double s) {
   }
 }
 
+static int is_damaged(const sk_cache *c) { return atomic_load(&c->shared->guard.damaged); }
+
+/* Once the file is known to be damaged, every call fails with this (nothing more is read from it
+ * and nothing written: LMDB would follow the same damaged pages). */
+static sk_status damaged_error(const sk_cache *c) {
+  return sk_set_error(SK_ERR_CACHE,
+                      "cache %s: %s/data.mdb is damaged (%s); it is not used any more: remove the directory to "
+                      "start a new cache",
+                      c->dir, c->dir, c->shared->guard.why);
+}
+
 static int writable(const sk_cache *c) {
-  return !c->readonly && !c->shared->env_readonly && !atomic_load(&c->writes_disabled);
+  return !c->readonly && !c->shared->env_readonly && !atomic_load(&c->writes_disabled) && !is_damaged(c);
 }
 
 static sk_status refuse_write(const sk_cache *c, const char *what) {
+  if (is_damaged(c)) return damaged_error(c);
   if (c->readonly || c->shared->env_readonly)
     return sk_set_error(SK_ERR_CACHE, "cache %s: %s: the cache is open read-only", c->dir, what);
   return sk_set_error(SK_ERR_CACHE, "cache %s: %s: writes are disabled (kernel resolution frozen)",
@@ -102,6 +267,10 @@ static sk_status refuse_write(const sk_cache *c, const char *what) {
 }
 
 static sk_status lmdb_error(const sk_cache *c, const char *what, int rc) {
+  if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND) { /* ours (the guard) or LMDB's own finding */
+    guard_damage(&c->shared->guard, "%s: %s", what, mdb_strerror(rc));
+    return damaged_error(c);
+  }
   return sk_set_error(rc == ENOMEM ? SK_ERR_OUT_OF_MEMORY : SK_ERR_CACHE, "cache %s: %s: %s",
                       c->dir, what, mdb_strerror(rc));
 }
@@ -118,6 +287,7 @@ static size_t current_map_size(MDB_env *env) {
 static int adopt_map_size(shared_env *s) {
   pthread_rwlock_wrlock(&s->map_lock);
   int rc = mdb_env_set_mapsize(s->env, 0);
+  guard_remapped(&s->guard, s->env);
   pthread_rwlock_unlock(&s->map_lock);
   return rc;
 }
@@ -130,6 +300,7 @@ static int grow_map(shared_env *s, size_t seen_size) {
   if (now_size <= seen_size) {
     if (seen_size >= MAX_MAP_BYTES) rc = MDB_MAP_FULL;
     else rc = mdb_env_set_mapsize(s->env, seen_size * 2);
+    guard_remapped(&s->guard, s->env);
   }
   pthread_rwlock_unlock(&s->map_lock);
   return rc;
@@ -196,11 +367,13 @@ static int scan_data_bytes(const shared_env *s, MDB_txn *txn, uint64_t *total) {
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int data_bytes_get(const shared_env *s, MDB_txn *txn, uint64_t *total) {
+static int data_bytes_get(shared_env *s, MDB_txn *txn, uint64_t *total) {
   if (s->have_meta) {
     MDB_val k = {sizeof META_DATA_BYTES_KEY - 1, (void *)META_DATA_BYTES_KEY}, v;
     int rc = mdb_get(txn, s->meta, &k, &v);
+    /* Callers read the total before their first write, so v is in the map, never a dirty copy. */
     if (rc == 0 && v.mv_size == 8) {
+      if ((rc = guard_value(&s->guard, &v, "the data_bytes value")) != 0) return rc;
       *total = sk_le64_load(v.mv_data);
       return 0;
     }
@@ -218,7 +391,7 @@ static int data_bytes_set(const shared_env *s, MDB_txn *txn, uint64_t total) {
 
 /* Callers read the total before changing any record: a missing counter is rebuilt by a scan,
  * which must not see the transaction's own changes. */
-static int delete_record(const shared_env *s, MDB_txn *txn, const uint8_t key[16], size_t size) {
+static int delete_record(shared_env *s, MDB_txn *txn, const uint8_t key[16], size_t size) {
   uint64_t total;
   int rc = data_bytes_get(s, txn, &total);
   if (rc) return rc;
@@ -392,6 +565,21 @@ static sk_status check_not_truncated(MDB_env *env, const char *data_path, const 
   return SK_OK;
 }
 
+/* The structure check (check.c) of the snapshot a read transaction sees, before any database is
+ * opened: a damaged file is refused, so LMDB never walks its pages. */
+static sk_status check_structure(shared_env *s, const char *dir, const char *data_path) {
+  MDB_txn *txn;
+  int rc = txn_begin(s, MDB_RDONLY, &txn);
+  if (rc) return sk_set_error(SK_ERR_CACHE, "cache %s: mdb_txn_begin: %s", dir, mdb_strerror(rc));
+  char why[400];
+  int damage = sk_lmdb_check(s->env, txn, why, sizeof why);
+  txn_end(s, txn, 0);
+  if (damage > 0)
+    return sk_set_error(SK_ERR_CACHE, "cache %s: %s is damaged (%s); remove the directory to start a new cache", dir,
+                        data_path, why);
+  return SK_OK;
+}
+
 static sk_status open_shared_env(const char *dir, int readonly, uint64_t initial_map,
                                  shared_env **out) {
   shared_env *s = calloc(1, sizeof *s);
@@ -404,6 +592,29 @@ static sk_status open_shared_env(const char *dir, int readonly, uint64_t initial
   pthread_rwlock_init(&s->map_lock, &attr);
   pthread_rwlockattr_destroy(&attr);
   s->env_readonly = readonly;
+  sk_status status = SK_OK;
+  char data_path[4096];
+  snprintf(data_path, sizeof data_path, "%s/data.mdb", dir);
+  int have_guard = 0;
+
+  /* An empty data.mdb (a writer created it and was killed before LMDB wrote to it) is a new
+   * cache to a writer; read-only, LMDB fails on it with a misleading errno: say what it is. */
+  struct stat dst;
+  char why[400];
+  if (stat(data_path, &dst) == 0 && S_ISREG(dst.st_mode)) {
+    if (dst.st_size == 0 && readonly) {
+      status = sk_set_error(SK_ERR_CACHE, "no cache at %s: its data.mdb is empty (0 bytes; a writer created it and "
+                            "stored nothing, or was killed first); sk-warm or sk-cache import initialise it",
+                            dir);
+      goto fail;
+    }
+    /* LMDB trusts the meta pages' page size and roots as soon as it opens the file. */
+    if (dst.st_size > 0 && sk_lmdb_check_meta(data_path, why, sizeof why) > 0) {
+      status = sk_set_error(SK_ERR_CACHE, "cache %s: %s is damaged (%s); remove the directory to start a new cache",
+                            dir, data_path, why);
+      goto fail;
+    }
+  }
 
   unsigned base_flags = MDB_NOTLS | MDB_NOMETASYNC | (readonly ? MDB_RDONLY : 0);
   int rc = 0;
@@ -423,9 +634,6 @@ static sk_status open_shared_env(const char *dir, int readonly, uint64_t initial
      * locks we cannot see writers, but nobody can write there either. */
     if (!(readonly && (rc == EACCES || rc == EROFS || rc == EPERM))) break;
   }
-  sk_status status = SK_OK;
-  char data_path[4096];
-  snprintf(data_path, sizeof data_path, "%s/data.mdb", dir);
   if (rc) {
     if (readonly && rc == ENOENT)
       status = sk_set_error(SK_ERR_CACHE, "no cache at %s (no data.mdb)", dir);
@@ -447,7 +655,13 @@ static sk_status open_shared_env(const char *dir, int readonly, uint64_t initial
     status = sk_set_error(SK_ERR_CACHE, "cache %s: mdb_env_set_mapsize: %s", dir, mdb_strerror(rc));
     goto fail;
   }
+  if ((rc = guard_init(&s->guard, s->env)) != 0) {
+    status = sk_set_error(SK_ERR_CACHE, "cache %s: %s: %s", dir, data_path, mdb_strerror(rc));
+    goto fail;
+  }
+  have_guard = 1;
   if ((status = check_not_truncated(s->env, data_path, "cache")) != SK_OK) goto fail;
+  if ((status = check_structure(s, dir, data_path)) != SK_OK) goto fail;
   rc = readonly ? open_dbis_ro(s) : open_dbis_rw(s);
   if (rc) {
     status = sk_set_error(SK_ERR_CACHE, "cache %s: opening its databases: %s", dir, mdb_strerror(rc));
@@ -457,6 +671,7 @@ static sk_status open_shared_env(const char *dir, int readonly, uint64_t initial
   return SK_OK;
 fail:
   if (s->env) mdb_env_close(s->env);
+  if (have_guard) guard_destroy(&s->guard);
   pthread_rwlock_destroy(&s->map_lock);
   free(s);
   return status;
@@ -571,6 +786,7 @@ void sk_cache_close(sk_cache *c) {
         break;
       }
     mdb_env_close(s->env);
+    guard_destroy(&s->guard);
     pthread_rwlock_destroy(&s->map_lock);
     free(s);
   }
@@ -583,6 +799,12 @@ const char *sk_cache_dir(const sk_cache *c) { return c ? c->dir : ""; }
 
 int sk_cache_is_readonly(const sk_cache *c) {
   return c ? (c->readonly || c->shared->env_readonly) : 0;
+}
+
+int sk_cache_is_damaged(const sk_cache *c) {
+  if (!c || !is_damaged(c)) return 0;
+  damaged_error(c);
+  return 1;
 }
 
 void sk_cache_disable_writes(sk_cache *c) {
@@ -602,7 +824,7 @@ static int delete_corrupt_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   MDB_val k = {16, (void *)ctx->key}, v;
   int rc = mdb_get(txn, c->shared->records, &k, &v);
   if (rc == MDB_NOTFOUND) return TXN_DISCARD;
-  if (rc) return rc;
+  if (rc || (rc = guard_value(&c->shared->guard, &v, "a record"))) return rc;
   sk_record scratch;
   if (sk_record_decode(v.mv_data, v.mv_size, ctx->key, &scratch) == SK_OK) return TXN_DISCARD;
   return delete_record(c->shared, txn, ctx->key, v.mv_size);
@@ -619,7 +841,7 @@ static int touch_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   MDB_val k = {16, (void *)ctx->key}, v;
   int rc = mdb_get(txn, c->shared->records, &k, &v);
   if (rc == MDB_NOTFOUND) return TXN_DISCARD;
-  if (rc) return rc;
+  if (rc || (rc = guard_value(&c->shared->guard, &v, "a record"))) return rc;
   sk_record r;
   if (sk_record_decode(v.mv_data, v.mv_size, ctx->key, &r) != SK_OK ||
       sk_le64_load((const uint8_t *)v.mv_data + SK_RECORD_OFF_CUBIN_HASH) != ctx->cubin_hash ||
@@ -636,23 +858,24 @@ static int touch_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   return rc;
 }
 
-/* Copy a verified record out of a transaction into one malloc'd buffer. */
-static sk_status copy_out_record(const sk_cache *c, const uint8_t key[16], const MDB_val *v,
-                                 sk_record *rec, void **owned, int *corrupt) {
+/* Copy a verified record out of a transaction into one malloc'd buffer. Returns 0 (*corrupt
+ * says whether it verified), ENOMEM, or MDB_CORRUPTED when the value lies outside the file. */
+static int copy_out_record(sk_cache *c, const uint8_t key[16], const MDB_val *v, sk_record *rec,
+                           void **owned, int *corrupt) {
   *corrupt = 0;
+  int rc = guard_value(&c->shared->guard, v, "a record");
+  if (rc) return rc;
   void *buf = malloc(v->mv_size ? v->mv_size : 1);
-  if (!buf)
-    return sk_set_error(SK_ERR_OUT_OF_MEMORY, "cache %s: cannot allocate %zu bytes for a record",
-                        c->dir, v->mv_size);
+  if (!buf) return ENOMEM;
   memcpy(buf, v->mv_data, v->mv_size);
   /* Verify the copy, not the map: what we hand out is exactly what we checked. */
   if (sk_record_decode(buf, v->mv_size, key, rec) != SK_OK) {
     free(buf);
     *corrupt = 1;
-    return SK_OK;
+    return 0;
   }
   *owned = buf;
-  return SK_OK;
+  return 0;
 }
 
 sk_status sk_cache_get(sk_cache *c, const uint8_t key[16], sk_lookup *result, sk_record *rec,
@@ -663,6 +886,7 @@ sk_status sk_cache_get(sk_cache *c, const uint8_t key[16], sk_lookup *result, sk
   *owned = NULL;
   memset(rec, 0, sizeof *rec);
   shared_env *s = c->shared;
+  if (is_damaged(c)) return damaged_error(c);
   if (!s->have_records) return SK_OK;
 
   MDB_txn *txn;
@@ -679,9 +903,9 @@ sk_status sk_cache_get(sk_cache *c, const uint8_t key[16], sk_lookup *result, sk
     return lmdb_error(c, "get: mdb_get", rc);
   }
   int corrupt;
-  sk_status status = copy_out_record(c, key, &v, rec, owned, &corrupt);
+  rc = copy_out_record(c, key, &v, rec, owned, &corrupt);
   txn_end(s, txn, 0);
-  if (status != SK_OK) return status;
+  if (rc) return lmdb_error(c, "get", rc);
 
   char hex[33];
   sk_cache_key_hex(key, hex);
@@ -735,6 +959,45 @@ static int by_last_used(const void *a_, const void *b_) {
   return memcmp(a->key, b->key, 16);
 }
 
+/* A key to delete once a scan is over: deleting during the scan would leave the cursor on pages
+ * copied into the transaction, which the guard does not know (keys of up to MAX_KEY_BYTES). */
+typedef struct doomed_keys {
+  uint8_t (*v)[MAX_KEY_BYTES];
+  size_t *size;
+  size_t n, cap;
+} doomed_keys;
+
+static int doom(doomed_keys *d, const MDB_val *k) {
+  if (d->n == d->cap) {
+    size_t ncap = d->cap ? d->cap * 2 : 16;
+    uint8_t(*nv)[MAX_KEY_BYTES] = realloc(d->v, ncap * sizeof *nv);
+    if (nv) d->v = nv;
+    size_t *ns = nv ? realloc(d->size, ncap * sizeof *ns) : NULL;
+    if (!ns) return ENOMEM;
+    d->size = ns;
+    d->cap = ncap;
+  }
+  memcpy(d->v[d->n], k->mv_data, k->mv_size);
+  d->size[d->n++] = k->mv_size;
+  return 0;
+}
+
+static void free_doomed(doomed_keys *d) {
+  free(d->v);
+  free(d->size);
+  memset(d, 0, sizeof *d);
+}
+
+static int delete_doomed(MDB_txn *txn, MDB_dbi dbi, doomed_keys *d) {
+  int rc = 0;
+  for (size_t i = 0; i < d->n && (rc == 0 || rc == MDB_NOTFOUND); i++) {
+    MDB_val k = {d->size[i], d->v[i]};
+    rc = mdb_del(txn, dbi, &k, NULL);
+  }
+  free_doomed(d);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 static int prune_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   prune_ctx *ctx = ctx_;
   shared_env *s = c->shared;
@@ -742,21 +1005,21 @@ static int prune_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   prune_entry *entries = NULL;
   size_t count = 0, capacity = 0;
   uint64_t total = 0;
+  doomed_keys odd = {0};
   MDB_cursor *cur;
   int rc = mdb_cursor_open(txn, s->records, &cur);
   if (rc) return rc;
   MDB_val k, v;
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    total += v.mv_size;
+    if ((rc = guard_key(&s->guard, &k)) != 0 || (rc = guard_value(&s->guard, &v, "a record")) != 0) break;
     if (k.mv_size != 16) {
-      /* Not ours (no record has another key size): drop it right away. */
-      rc = mdb_cursor_del(cur, 0);
-      if (rc) break;
-      total -= v.mv_size;
+      /* Not ours (no record has another key size): drop it after the scan. */
+      if ((rc = doom(&odd, &k)) != 0) break;
       ctx->removed++;
       continue;
     }
+    total += v.mv_size;
     if (count == capacity) {
       size_t ncap = capacity ? capacity * 2 : 256;
       prune_entry *n = realloc(entries, ncap * sizeof *n);
@@ -774,11 +1037,12 @@ static int prune_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
     if (!sk_record_peek_last_used(v.mv_data, v.mv_size, &e->last_used)) e->last_used = 0;
   }
   mdb_cursor_close(cur);
-  if (rc != MDB_NOTFOUND) {
+  if (rc == MDB_NOTFOUND) rc = delete_doomed(txn, s->records, &odd);
+  else free_doomed(&odd);
+  if (rc) {
     free(entries);
     return rc;
   }
-  rc = 0;
   if (count) qsort(entries, count, sizeof *entries, by_last_used);
   for (size_t i = 0; i < count && rc == 0; i++) {
     prune_entry *e = &entries[i];
@@ -800,12 +1064,17 @@ static int prune_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   if (rc || !ctx->clean_claims) return rc;
 
   uint64_t now = sk_now_unix_ms();
+  doomed_keys stale = {0};
   if ((rc = mdb_cursor_open(txn, s->claims, &cur)) != 0) return rc;
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-    if (claim_is_stale(c, v.mv_data, v.mv_size, now) && (rc = mdb_cursor_del(cur, 0)) != 0) break;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if ((rc = guard_key(&s->guard, &k)) != 0 || (rc = guard_value(&s->guard, &v, "a claim")) != 0) break;
+    if (claim_is_stale(c, v.mv_data, v.mv_size, now) && (rc = doom(&stale, &k)) != 0) break;
+  }
   mdb_cursor_close(cur);
-  return rc == MDB_NOTFOUND ? 0 : rc;
+  if (rc == MDB_NOTFOUND) return delete_doomed(txn, s->claims, &stale);
+  free_doomed(&stale);
+  return rc;
 }
 
 static sk_status prune_internal(sk_cache *c, prune_ctx *ctx) {
@@ -992,7 +1261,7 @@ static int acquire_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   int rc = mdb_get(txn, s->records, &k, &v);
   if (rc == 0) {
     int corrupt;
-    if (copy_out_record(c, ctx->key, &v, ctx->rec, ctx->owned, &corrupt) != SK_OK) return ENOMEM;
+    if ((rc = copy_out_record(c, ctx->key, &v, ctx->rec, ctx->owned, &corrupt)) != 0) return rc;
     if (!corrupt) {
       ctx->outcome = SK_ACQUIRE_HIT;
       return TXN_DISCARD;
@@ -1005,6 +1274,7 @@ static int acquire_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   }
   rc = mdb_get(txn, s->claims, &k, &v);
   if (rc && rc != MDB_NOTFOUND) return rc;
+  if (rc == 0 && (rc = guard_value(&s->guard, &v, "a claim")) != 0) return rc;
   if (rc == MDB_NOTFOUND || ctx->take_over || claim_is_stale(c, v.mv_data, v.mv_size, sk_now_unix_ms())) {
     uint8_t buf[CLAIM_FIXED_SIZE + HOSTNAME_MAX];
     MDB_val nv = {encode_claim(c, buf, sizeof buf), buf};
@@ -1062,7 +1332,7 @@ static int release_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   MDB_val k = {16, ctx_}, v;
   int rc = mdb_get(txn, c->shared->claims, &k, &v);
   if (rc == MDB_NOTFOUND) return TXN_DISCARD;
-  if (rc) return rc;
+  if (rc || (rc = guard_value(&c->shared->guard, &v, "a claim"))) return rc;
   /* Only our own claim: after a take-over the key belongs to the peer that took it. */
   if (!claim_is_own(c, v.mv_data, v.mv_size)) return TXN_DISCARD;
   return mdb_del(txn, c->shared->claims, &k, NULL);
@@ -1094,10 +1364,13 @@ typedef struct {
 sk_status sk_cache_foreach(sk_cache *c, sk_cache_visit_fn cb, void *ud) {
   if (!c || !cb) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_cache_foreach: NULL argument");
   shared_env *s = c->shared;
+  if (is_damaged(c)) return damaged_error(c);
   if (!s->have_records) return SK_OK;
   /* Records are copied out in batches and visited with no transaction open, so that the
-   * callback may call anything (even writes that grow the map) and no snapshot is pinned. */
-  uint8_t last_key[511];
+   * callback may call anything (even writes that grow the map) and no snapshot is pinned. Each
+   * batch resumes after the last key of the one before; keys must come in increasing order, so
+   * the walk ends even on a damaged file. */
+  uint8_t last_key[MAX_KEY_BYTES];
   size_t last_key_size = 0;
   int started = 0, done = 0, stop = 0;
   batch_item *items = NULL;
@@ -1119,12 +1392,18 @@ sk_status sk_cache_foreach(sk_cache *c, sk_cache_visit_fn cb, void *ud) {
         rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
       } else {
         rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        if (rc == 0 && k.mv_size == last_key_size && memcmp(k.mv_data, last_key, last_key_size) == 0)
+        if (rc == 0 && (rc = guard_key(&s->guard, &k)) == 0 && k.mv_size == last_key_size &&
+            memcmp(k.mv_data, last_key, last_key_size) == 0)
           rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
       }
     }
-    started = 1;
     while (rc == 0 && (count == 0 || bytes < BATCH_BYTES)) {
+      if ((rc = guard_key(&s->guard, &k)) != 0 || (rc = guard_value(&s->guard, &v, "a record")) != 0) break;
+      if (started && !key_after(&k, last_key, last_key_size)) {
+        rc = guard_damage(&s->guard, "records out of key order");
+        break;
+      }
+      started = 1;
       if (count == capacity) {
         size_t ncap = capacity ? capacity * 2 : 64;
         batch_item *n = realloc(items, ncap * sizeof *n);
@@ -1146,7 +1425,7 @@ sk_status sk_cache_foreach(sk_cache *c, sk_cache_visit_fn cb, void *ud) {
       it->key_size = k.mv_size;
       memset(it->key, 0, 16);
       memcpy(it->key, k.mv_data, k.mv_size < 16 ? k.mv_size : 16);
-      last_key_size = k.mv_size < sizeof last_key ? k.mv_size : sizeof last_key;
+      last_key_size = k.mv_size; /* at most MAX_KEY_BYTES: guard_key */
       memcpy(last_key, k.mv_data, last_key_size);
       count++;
       bytes += v.mv_size;
@@ -1182,6 +1461,7 @@ sk_status sk_cache_get_stat(sk_cache *c, sk_cache_stat *st) {
   if (!c || !st) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_cache_get_stat: NULL argument");
   memset(st, 0, sizeof *st);
   shared_env *s = c->shared;
+  if (is_damaged(c)) return damaged_error(c);
   MDB_txn *txn;
   int rc = txn_begin(s, MDB_RDONLY, &txn);
   if (rc) return lmdb_error(c, "stat: mdb_txn_begin", rc);
@@ -1208,6 +1488,7 @@ sk_status sk_cache_export(sk_cache *c, const char *path) {
   if (!c || !path || !*path)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_cache_export: NULL argument");
   shared_env *s = c->shared;
+  if (is_damaged(c)) return damaged_error(c);
   size_t n = strlen(path);
   char *tmp = malloc(n + 16);
   if (!tmp) return sk_set_error(SK_ERR_OUT_OF_MEMORY, "export %s: out of memory", path);
@@ -1248,34 +1529,55 @@ sk_status sk_cache_export(sk_cache *c, const char *path) {
 typedef struct {
   MDB_txn *src_txn;
   MDB_dbi src_records;
+  guard *src_guard;                /* the export's mapping and its damage */
   int overwrite;
-  uint8_t next_key[16]; /* where this batch starts */
+  uint8_t next_key[MAX_KEY_BYTES]; /* the batch resumes after this key (the whole key: records of
+                                      other sizes are not ours, but they are in the order) */
+  size_t next_key_size;
   int started, done;
-  uint64_t imported, skipped, data_bytes_after; /* this batch */
-  uint8_t batch_last_key[16];
+  /* Out of each batch, taken by the caller once it is committed (a batch redone after the map
+   * grew starts from the same place). */
+  sk_cache_import_counts batch;
+  uint8_t batch_last[MAX_KEY_BYTES];
+  size_t batch_last_size;
   int batch_done;
+  uint64_t data_bytes_after;
 } import_ctx;
 
 static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
   import_ctx *ctx = ctx_;
   shared_env *s = c->shared;
-  ctx->imported = ctx->skipped = 0;
+  memset(&ctx->batch, 0, sizeof ctx->batch);
   ctx->batch_done = 0;
   uint64_t total;
   int rc = data_bytes_get(s, txn, &total);
   if (rc) return rc;
   MDB_cursor *cur;
   if ((rc = mdb_cursor_open(ctx->src_txn, ctx->src_records, &cur)) != 0) return rc;
-  MDB_val k = {16, ctx->next_key}, v;
+  MDB_val k = {ctx->next_key_size, ctx->next_key}, v;
+  uint8_t last[MAX_KEY_BYTES];
+  size_t last_size = ctx->next_key_size;
+  memcpy(last, ctx->next_key, last_size);
   if (!ctx->started) {
     rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
   } else {
     rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    if (rc == 0 && k.mv_size == 16 && memcmp(k.mv_data, ctx->next_key, 16) == 0)
+    if (rc == 0 && (rc = guard_key(ctx->src_guard, &k)) == 0 && k.mv_size == last_size &&
+        memcmp(k.mv_data, last, last_size) == 0)
       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
+  int have_last = ctx->started;
   uint64_t added = 0, removed = 0, bytes = 0;
   while (rc == 0 && bytes < BATCH_BYTES) {
+    if ((rc = guard_key(ctx->src_guard, &k)) != 0 || (rc = guard_value(ctx->src_guard, &v, "a record")) != 0) break;
+    /* Each record must come after the last one, or a batch could restart where it began. */
+    if (have_last && !key_after(&k, last, last_size)) {
+      rc = guard_damage(ctx->src_guard, "records out of key order");
+      break;
+    }
+    have_last = 1;
+    memcpy(last, k.mv_data, k.mv_size);
+    last_size = k.mv_size;
     sk_record r;
     MDB_val old;
     int valid = k.mv_size == 16 && sk_record_decode(v.mv_data, v.mv_size, k.mv_data, &r) == SK_OK;
@@ -1286,22 +1588,19 @@ static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
       exists = rc == 0;
       rc = 0;
     }
-    if (!valid || (exists && !ctx->overwrite)) {
-      ctx->skipped++;
+    if (!valid) {
+      ctx->batch.invalid++;
+    } else if (exists && !ctx->overwrite) {
+      ctx->batch.kept++;
     } else {
       size_t old_size = exists ? old.mv_size : 0;
       MDB_val nv = v;
       if ((rc = mdb_put(txn, s->records, &k, &nv, 0)) != 0) break;
       added += v.mv_size;
       removed += old_size;
-      ctx->imported++;
+      ctx->batch.imported++;
     }
     bytes += v.mv_size;
-    if (k.mv_size >= 16) memcpy(ctx->batch_last_key, k.mv_data, 16);
-    else {
-      memset(ctx->batch_last_key, 0, 16);
-      memcpy(ctx->batch_last_key, k.mv_data, k.mv_size);
-    }
     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
   mdb_cursor_close(cur);
@@ -1310,14 +1609,14 @@ static int import_fn(sk_cache *c, MDB_txn *txn, void *ctx_) {
     rc = 0;
   }
   if (rc) return rc;
+  memcpy(ctx->batch_last, last, last_size);
+  ctx->batch_last_size = last_size;
   ctx->data_bytes_after = (total >= removed ? total - removed : 0) + added;
   return data_bytes_set(s, txn, ctx->data_bytes_after);
 }
 
-sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t *imported,
-                          uint64_t *skipped) {
-  if (imported) *imported = 0;
-  if (skipped) *skipped = 0;
+sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, sk_cache_import_counts *counts) {
+  if (counts) memset(counts, 0, sizeof *counts);
   if (!c || !path || !*path)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_cache_import: NULL argument");
   if (!writable(c)) return refuse_write(c, "import");
@@ -1327,6 +1626,12 @@ sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t
   if (!S_ISREG(st.st_mode))
     return sk_set_error(SK_ERR_CACHE, "import %s: not a regular file (expected a file written by "
                         "sk-cache export)", path);
+  if (st.st_size == 0)
+    return sk_set_error(SK_ERR_CACHE, "import %s: the file is empty (expected a file written by sk-cache export)",
+                        path);
+  char why[400];
+  if (sk_lmdb_check_meta(path, why, sizeof why) > 0)
+    return sk_set_error(SK_ERR_CACHE, "import %s: the file is damaged (%s); nothing was imported", path, why);
   MDB_env *src = NULL;
   int rc = mdb_env_create(&src);
   if (rc == 0) {
@@ -1339,37 +1644,54 @@ sk_status sk_cache_import(sk_cache *c, const char *path, int overwrite, uint64_t
                         mdb_strerror(rc));
   }
   sk_status status = check_not_truncated(src, path, "import");
+  guard src_guard;
+  int have_guard = 0;
+  if (status == SK_OK) {
+    if ((rc = guard_init(&src_guard, src)) != 0)
+      status = sk_set_error(SK_ERR_CACHE, "import %s: %s", path, mdb_strerror(rc));
+    else have_guard = 1;
+  }
   MDB_txn *src_txn = NULL;
   import_ctx ctx;
   memset(&ctx, 0, sizeof ctx);
-  uint64_t total_imported = 0, total_skipped = 0, data_bytes = 0;
+  sk_cache_import_counts total = {0, 0, 0};
+  uint64_t data_bytes = 0;
   if (status == SK_OK && (rc = mdb_txn_begin(src, NULL, MDB_RDONLY, &src_txn)) != 0)
     status = sk_set_error(SK_ERR_CACHE, "import %s: %s", path, mdb_strerror(rc));
+  if (status == SK_OK && sk_lmdb_check(src, src_txn, why, sizeof why) > 0)
+    status = sk_set_error(SK_ERR_CACHE, "import %s: the file is damaged (%s); nothing was imported", path, why);
   if (status == SK_OK && (rc = mdb_dbi_open(src_txn, "records", 0, &ctx.src_records)) != 0)
     status = sk_set_error(SK_ERR_CACHE, "import %s: %s", path,
                           rc == MDB_NOTFOUND ? "no records database (not an sk-cache export?)"
                                              : mdb_strerror(rc));
   ctx.src_txn = src_txn;
+  ctx.src_guard = &src_guard;
   ctx.overwrite = overwrite;
-  /* One write transaction per batch keeps a huge import from needing a huge dirty list. */
+  /* One write transaction per batch keeps a huge import from needing a huge dirty list. Every
+   * batch takes at least one record and resumes after the last one, so this ends. */
   while (status == SK_OK && !ctx.done) {
     rc = run_write(c, import_fn, &ctx);
     if (rc) {
-      status = sk_set_error(SK_ERR_CACHE, "import %s into cache %s: %s", path, c->dir,
-                            mdb_strerror(rc));
+      if (have_guard && atomic_load(&src_guard.damaged))
+        status = sk_set_error(SK_ERR_CACHE, "import %s: the file is damaged (%s); %llu records were imported before it "
+                              "was found", path, src_guard.why, (unsigned long long)total.imported);
+      else if (rc == MDB_CORRUPTED && is_damaged(c)) status = damaged_error(c);
+      else status = sk_set_error(SK_ERR_CACHE, "import %s into cache %s: %s", path, c->dir, mdb_strerror(rc));
       break;
     }
-    total_imported += ctx.imported;
-    total_skipped += ctx.skipped;
+    total.imported += ctx.batch.imported;
+    total.kept += ctx.batch.kept;
+    total.invalid += ctx.batch.invalid;
     data_bytes = ctx.data_bytes_after;
-    memcpy(ctx.next_key, ctx.batch_last_key, 16);
+    memcpy(ctx.next_key, ctx.batch_last, ctx.batch_last_size);
+    ctx.next_key_size = ctx.batch_last_size;
     ctx.started = 1;
     ctx.done = ctx.batch_done;
   }
   if (src_txn) mdb_txn_abort(src_txn);
   mdb_env_close(src);
-  if (imported) *imported = total_imported;
-  if (skipped) *skipped = total_skipped;
+  if (have_guard) guard_destroy(&src_guard);
+  if (counts) *counts = total;
   if (status == SK_OK) auto_prune(c, data_bytes, NULL);
   return status;
 }

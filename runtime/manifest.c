@@ -4,8 +4,11 @@
  *    "kernels": [{"op", "source", "name", "params"?, "options"?: [..], "link"?: bool,
  *                 "arch"?: "sm_90a", "archs"?: ["sm_120a", ...]}],
  *    "ops": [{"op": "group.op", "caps": {...}, "archs"?: [...]}]}
- * Parsing is all-or-nothing: any problem is SK_ERR_MANIFEST naming the entry and field. */
+ * Parsing is all-or-nothing: any problem is SK_ERR_MANIFEST naming the entry and field. Strict
+ * where cJSON is lenient: one document per file, no NUL characters, no duplicate fields, whole
+ * numbers in caps. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,25 +203,94 @@ static sk_status parse_op(const cJSON *o, size_t idx, const char *const *cli, sk
   return SK_OK;
 }
 
+static size_t line_of(const char *text, size_t off) {
+  size_t line = 1;
+  for (size_t i = 0; i < off; i++) line += text[i] == '\n';
+  return line;
+}
+
+/* Where `text` holds a NUL byte, raw or as the escape \u0000 inside a string (cJSON would cut
+ * the string there and the rest would be silently lost); len when none. */
+static size_t find_nul(const char *text, size_t len) {
+  bool in_string = false;
+  for (size_t i = 0; i < len; i++) {
+    const char c = text[i];
+    if (c == '\0') return i;
+    if (c == '"') in_string = !in_string;
+    else if (c == '\\' && in_string && i + 1 < len) {
+      if (text[i + 1] == 'u' && i + 5 < len && !memcmp(text + i + 2, "0000", 4)) return i;
+      i++; /* the escaped character, which may be a quote */
+    }
+  }
+  return len;
+}
+
+/* Duplicate object keys anywhere (cJSON keeps both and lookups see the first: the second would
+ * be silently ignored), and in ops[].caps, numbers that are not whole (every caps number is a
+ * count or a size; an op reading 1.5 would take 1). `path` names the node for the message. */
+static sk_status check_tree(const cJSON *node, char *path, size_t cap, bool in_caps) {
+  const size_t n = strlen(path);
+  if (cJSON_IsNumber(node) && in_caps) {
+    const double d = node->valuedouble;
+    if (!isfinite(d) || d != floor(d))
+      return sk_set_error(SK_ERR_MANIFEST, "manifest: %s: %g is not a whole number (caps numbers are counts and sizes)",
+                          path, d);
+  }
+  if (!cJSON_IsObject(node) && !cJSON_IsArray(node)) return SK_OK;
+  const bool an_op = cJSON_IsObject(node) && !strncmp(path, "ops[", 4) && !memchr(path, '.', n); /* ops[i] */
+  size_t i = 0;
+  for (const cJSON *c = node->child; c; c = c->next, i++) {
+    if (cJSON_IsObject(node)) {
+      for (const cJSON *d = node->child; d != c; d = d->next)
+        if (c->string && d->string && !strcmp(c->string, d->string))
+          return sk_set_error(SK_ERR_MANIFEST, "manifest: %s: duplicate field \"%.64s\"", n ? path : "top level",
+                              c->string);
+      snprintf(path + n, cap - n, "%s%.64s", n ? "." : "", c->string ? c->string : "?");
+    } else {
+      snprintf(path + n, cap - n, "[%zu]", i);
+    }
+    const bool caps = in_caps || (an_op && c->string && !strcmp(c->string, "caps"));
+    const sk_status s = check_tree(c, path, cap, caps);
+    path[n] = '\0';
+    if (s != SK_OK) return s;
+  }
+  return SK_OK;
+}
+
 sk_status sk_manifest_parse(const char *text, size_t len, const char *const *archs, sk_request_list *out) {
   memset(out, 0, sizeof *out);
   if (!text) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "manifest text is NULL");
   SK_TRY(sk_runtime_ensure_init());
+  const size_t nul = find_nul(text, len);
+  if (nul < len)
+    return sk_set_error(SK_ERR_MANIFEST, "manifest: a NUL character (%s) at byte %zu (line %zu)",
+                        text[nul] ? "\\u0000" : "a zero byte", nul, line_of(text, nul));
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
   if (!root) {
     size_t off = end && end >= text ? (size_t)(end - text) : 0;
-    size_t line = 1;
-    for (size_t i = 0; i < off && i < len; i++) line += text[i] == '\n';
-    return sk_set_error(SK_ERR_MANIFEST, "manifest: invalid or truncated JSON near byte %zu (line %zu)", off, line);
+    if (off > len) off = len;
+    return sk_set_error(SK_ERR_MANIFEST, "manifest: invalid or truncated JSON near byte %zu (line %zu)", off,
+                        line_of(text, off));
   }
-  sk_status s = SK_OK;
+  /* One document per file: anything but whitespace after it (a second document, garbage) is an
+   * error rather than silently ignored. */
+  size_t off = end && end >= text ? (size_t)(end - text) : len;
+  while (off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' || text[off] == '\r')) off++;
+  if (off < len) {
+    cJSON_Delete(root);
+    return sk_set_error(SK_ERR_MANIFEST, "manifest: unexpected text after the JSON document at byte %zu (line %zu); "
+                        "a manifest is one JSON object", off, line_of(text, off));
+  }
+  char path[256] = "";
+  sk_status s = check_tree(root, path, sizeof path, false);
   static const char *const allowed[] = {"format", "version", "kernels", "ops", "comment", "recorded_by", NULL};
   const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
   const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
   const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels");
   const cJSON *ops = cJSON_GetObjectItemCaseSensitive(root, "ops");
-  if (!cJSON_IsObject(root)) s = bad("top level", "expected an object");
+  if (s != SK_OK) {}
+  else if (!cJSON_IsObject(root)) s = bad("top level", "expected an object");
   else if ((s = check_keys(root, "top level", allowed)) != SK_OK) {}
   else if (!cJSON_IsString(format) || strcmp(format->valuestring, "sparkinfer-manifest"))
     s = bad("format", "expected \"sparkinfer-manifest\"");

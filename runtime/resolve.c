@@ -306,6 +306,10 @@ static sk_status produce_cubin(sk_kernel *e) {
   void *owned = NULL;
   sk_event ev = {.kernel = e};
   if (sk_cache_get(cache, e->key.bytes, &lk, &rec, &owned) != SK_OK) {
+    if (!sk_runtime_cache()) { /* the file is damaged: memory-only from now on (warned once) */
+      e->how = SK_RESOLVED_COMPILED;
+      return compile_entry(e, NULL, false);
+    }
     sk_warn("kernel cache read failed for %s [%s], treating as a miss: %s", e->name_expr, e->arch,
             sk_last_error_message());
   } else {

@@ -26,6 +26,10 @@ typedef struct sk_runtime_config {
   char *cuda_home;             /* toolkit used for NVRTC includes */
   int device_ordinal;          /* SPARKINFER_DEVICE */
   double compile_wait_s;       /* SPARKINFER_COMPILE_WAIT_S */
+  int cache_disable;           /* SPARKINFER_CACHE_DISABLE */
+  int cache_readonly;          /* SPARKINFER_CACHE_READONLY */
+  uint64_t cache_max_bytes;    /* SPARKINFER_CACHE_MAX_BYTES (0 = no cap) */
+  uint64_t cache_initial_map;  /* SPARKINFER_CACHE_INITIAL_MAP_BYTES (0 = the store's default) */
 } sk_runtime_config;
 
 /* Lazily initialise everything that needs no GPU. Returns the init status (sticky). */

@@ -37,22 +37,19 @@ static char *dup_env(const char *name) {
 }
 
 /* Opened on first need, not at init, so that parsing a manifest or a failed sk-warm run never
- * creates a cache directory. */
+ * creates a cache directory. The settings were read (and validated) at init. */
 static void init_once_fn(void);
 static void open_cache(void) {
   pthread_once(&init_once, init_once_fn);
-  int disabled = 0, readonly = 0;
-  uint64_t max_bytes = 0, initial_map = 0;
-  if (sk_env_flag("SPARKINFER_CACHE_DISABLE", 0, &disabled) != SK_OK ||
-      sk_env_flag("SPARKINFER_CACHE_READONLY", 0, &readonly) != SK_OK ||
-      sk_env_u64("SPARKINFER_CACHE_MAX_BYTES", 0, &max_bytes) != SK_OK ||
-      sk_env_u64("SPARKINFER_CACHE_INITIAL_MAP_BYTES", 0, &initial_map) != SK_OK) {
-    snprintf(cache_info.reason, sizeof cache_info.reason, "%s", sk_last_error_message());
-    sk_warn("kernel cache disabled (memory-only): %s", cache_info.reason);
+  cache_info.mode = SK_CACHE_MODE_MEMORY_ONLY;
+  if (init_status != SK_OK) {
+    /* sk_init reports it; a cache opened with half-read settings would be a guess. */
+    sk_strlcpy(cache_info.reason, init_message, sizeof cache_info.reason);
     return;
   }
-  cache_info.mode = SK_CACHE_MODE_MEMORY_ONLY;
-  if (disabled) {
+  const int readonly = config.cache_readonly;
+  const uint64_t max_bytes = config.cache_max_bytes, initial_map = config.cache_initial_map;
+  if (config.cache_disable) {
     sk_strlcpy(cache_info.reason, "disabled by SPARKINFER_CACHE_DISABLE", sizeof cache_info.reason);
     return;
   }
@@ -85,6 +82,10 @@ static void init_once_fn(void) {
   if (s == SK_OK) s = sk_env_flag("SPARKINFER_PDL", 1, &config.overlap_launches);
   if (s == SK_OK) s = sk_env_u64("SPARKINFER_DEVICE", 0, &dev);
   if (s == SK_OK) s = sk_env_double("SPARKINFER_COMPILE_WAIT_S", 300.0, &config.compile_wait_s);
+  if (s == SK_OK) s = sk_env_flag("SPARKINFER_CACHE_DISABLE", 0, &config.cache_disable);
+  if (s == SK_OK) s = sk_env_flag("SPARKINFER_CACHE_READONLY", 0, &config.cache_readonly);
+  if (s == SK_OK) s = sk_env_u64("SPARKINFER_CACHE_MAX_BYTES", 0, &config.cache_max_bytes);
+  if (s == SK_OK) s = sk_env_u64("SPARKINFER_CACHE_INITIAL_MAP_BYTES", 0, &config.cache_initial_map);
   if (s != SK_OK) {
     snprintf(init_message, sizeof init_message, "%s", sk_last_error_message());
     init_status = s;
@@ -110,8 +111,24 @@ const sk_runtime_config *sk_config(void) {
   return &config;
 }
 
+/* The cache file turned out damaged while in use: memory-only from now on, said once. The handle
+ * stays open (other threads may be inside a call); it fails every call anyway. */
+static atomic_int cache_lost;
+static void lose_cache(void) {
+  if (atomic_exchange(&cache_lost, 1)) return;
+  pthread_mutex_lock(&freeze_mu);
+  cache_info.mode = SK_CACHE_MODE_MEMORY_ONLY;
+  snprintf(cache_info.reason, sizeof cache_info.reason, "%s", sk_last_error_message());
+  pthread_mutex_unlock(&freeze_mu);
+  sk_warn("kernel cache disabled (memory-only) from now on: %s", cache_info.reason);
+}
+
 sk_cache *sk_runtime_cache(void) {
   pthread_once(&cache_once, open_cache);
+  if (SK_UNLIKELY(cache && sk_cache_is_damaged(cache))) { /* the message names the file */
+    lose_cache();
+    return NULL;
+  }
   return cache;
 }
 
@@ -122,8 +139,10 @@ SK_API int sk_abi_version(void) { return SPARKINFER_ABI_VERSION; }
 
 SK_API sk_status sk_get_cache_info(sk_cache_info *out) {
   if (!out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_get_cache_info: out is NULL");
-  pthread_once(&cache_once, open_cache);
+  sk_runtime_cache(); /* opens it, and notices a damaged one */
+  pthread_mutex_lock(&freeze_mu);
   *out = cache_info;
+  pthread_mutex_unlock(&freeze_mu);
   return SK_OK;
 }
 

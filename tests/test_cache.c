@@ -19,7 +19,8 @@
 
 #include "cache.h"
 #include "cache_internal.h"
-#include "internal.h"
+#include "base.h"
+#include "sparkinfer/jit.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Fixture: a fresh temporary root per test, removed afterwards.                             */
@@ -58,7 +59,10 @@ static int set_immutable(const char *path, int on) {
 
 static char immutable_path[400];
 
+static char scan_root[64]; /* the page scan's directory on tmpfs, outside root_dir */
+
 static void teardown(void) {
+  if (scan_root[0]) nftw(scan_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (immutable_path[0]) set_immutable(immutable_path, 0);
   if (root_dir[0]) nftw(root_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
@@ -344,7 +348,7 @@ Test(cache, invalid_arguments_do_not_crash) {
   cr_assert(strstr(sk_last_error_message(), cache_dir), "%s", sk_last_error_message());
   cr_assert_eq(sk_cache_foreach(c, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_assert_eq(sk_cache_export(c, NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(sk_cache_import(c, NULL, 0, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_cache_import(c, NULL, 0, NULL), SK_ERR_INVALID_ARGUMENT);
   sk_acquire a;
   cr_assert_eq(sk_cache_acquire(c, key, 1, &a, NULL, &r, &owned), SK_ERR_INVALID_ARGUMENT);
   sk_cache_close(c);
@@ -490,6 +494,387 @@ Test(cache, garbage_and_truncated_data_files_are_refused) {
   o.readonly = 1;
   cr_assert_eq(sk_cache_open(&o, &c), SK_ERR_CACHE);
   cr_assert(strstr(sk_last_error_message(), "truncated"), "%s", sk_last_error_message());
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Damaged LMDB pages: LMDB does not checksum its pages, so a flipped byte in a B-tree page can
+ * give the store a key or value that points past the file. Every single-byte change of a live
+ * leaf page must leave the store's callers running: each probe runs in a child, and a child
+ * that dies by a signal (or hangs, or trips a sanitizer) fails the test.                     */
+
+/* LMDB's page header (lmdb's mdb.c, stable across 0.9): pgno u64, pad u16, flags u16,
+ * lower u16, upper u16, then the node offsets. */
+#define LMDB_PAGE_FLAGS 10
+#define LMDB_PAGE_LOWER 12
+#define LMDB_PAGE_UPPER 14
+#define LMDB_PAGE_PTRS 16
+#define LMDB_P_LEAF 0x02
+
+static uint16_t le16_at(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* The leaf page of the "records" database in a compacted file of one small cache: the leaf
+ * whose first node has a 16-byte key (the claims database is empty). Returns its offset. */
+static size_t find_records_leaf(const uint8_t *file, size_t size, size_t psize) {
+  for (size_t off = 2 * psize; off + psize <= size; off += psize) {
+    const uint8_t *pg = file + off;
+    const uint16_t flags = le16_at(pg + LMDB_PAGE_FLAGS), lower = le16_at(pg + LMDB_PAGE_LOWER);
+    if (!(flags & LMDB_P_LEAF) || (flags & ~0x12u) || lower <= LMDB_PAGE_PTRS) continue;
+    const uint16_t node = le16_at(pg + LMDB_PAGE_PTRS);
+    if (node + 8u <= psize && le16_at(pg + node + 6) == 16) return off;
+  }
+  return 0;
+}
+
+static uint8_t *read_all(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc(*size);
+  cr_assert_eq(fread(buf, 1, *size, f), *size);
+  fclose(f);
+  return buf;
+}
+
+static void write_all(const char *path, const uint8_t *buf, size_t size) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+  cr_assert_eq(write(fd, buf, size), (ssize_t)size);
+  close(fd);
+}
+
+enum { PROBE_OK = 20, PROBE_DETECTED = 21 }; /* any other exit, or a signal, is a failure */
+
+/* 1 unless every key is a hit. */
+static int any_key_missing(sk_cache *c, const uint8_t (*keys)[16], int nkeys) {
+  int missing = 0;
+  for (int i = 0; i < nkeys; i++) {
+    sk_lookup res;
+    sk_record r;
+    void *owned = NULL;
+    if (sk_cache_get(c, keys[i], &res, &r, &owned) != SK_OK || res != SK_LOOKUP_HIT) missing = 1;
+    free(owned);
+  }
+  return missing;
+}
+
+/* What the runtime and the tools do with a cache: read-only walk and lookups (sk-cache ls /
+ * verify), an import of the file as an export, then read-write lookups, a put and a removal.
+ * Errors are fine; crashing, hanging or a sanitizer report is not. */
+static void damaged_probe(const char *dir, const char *fresh, const uint8_t (*keys)[16], int nkeys) {
+  alarm(20);
+  int fd = open("/dev/null", O_WRONLY);
+  if (fd >= 0) dup2(fd, 2); /* the store's warnings */
+  int detected = 0;
+  sk_cache *c = NULL;
+  sk_cache_options ro = {.dir = dir, .readonly = 1};
+  if (sk_cache_open(&ro, &c) != SK_OK) {
+    detected = 1;
+  } else {
+    verify_counts v = {0, 0, 0};
+    if (sk_cache_foreach(c, count_visit, &v) != SK_OK || v.bad) detected = 1;
+    detected |= any_key_missing(c, keys, nkeys);
+    sk_cache_close(c);
+  }
+  char file[512];
+  snprintf(file, sizeof file, "%s/data.mdb", dir);
+  sk_cache_options fo = {.dir = fresh};
+  if (sk_cache_open(&fo, &c) == SK_OK) {
+    sk_cache_import_counts n;
+    if (sk_cache_import(c, file, 0, &n) != SK_OK || n.imported != (uint64_t)nkeys) detected = 1;
+    sk_cache_close(c);
+  }
+  sk_cache_options rw = {.dir = dir};
+  if (sk_cache_open(&rw, &c) != SK_OK) _exit(PROBE_DETECTED);
+  detected |= any_key_missing(c, keys, nkeys);
+  test_rec t;
+  make_rec(&t, 200);
+  if (sk_cache_put(c, &t.rec) != SK_OK) detected = 1;
+  if (sk_cache_remove(c, keys[0]) != SK_OK) detected = 1;
+  sk_cache_close(c);
+  _exit(detected ? PROBE_DETECTED : PROBE_OK);
+}
+
+Test(cache, damaged_leaf_page_scan_never_crashes) { /* each probe has its own alarm */
+  /* A real cache: records small enough to live in the leaf and large ones on overflow pages. */
+  enum { N = 12 };
+  test_rec recs[N];
+  uint8_t keys[N][16];
+  sk_cache *c = open_cache();
+  for (int i = 0; i < N; i++) {
+    make_rec(&recs[i], i % 2 ? 6000 + (size_t)i * 100 : 40 + (size_t)i * 10);
+    memcpy(keys[i], recs[i].rec.key, 16);
+    put_ok(c, &recs[i]);
+  }
+  char pristine_path[400];
+  snprintf(pristine_path, sizeof pristine_path, "%s/pristine.mdb", root_dir);
+  cr_assert_eq(sk_cache_export(c, pristine_path), SK_OK, "%s", sk_last_error_message()); /* live pages only */
+  sk_cache_close(c);
+  size_t size;
+  uint8_t *pristine = read_all(pristine_path, &size);
+  const size_t psize = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t leaf = find_records_leaf(pristine, size, psize);
+  cr_assert_neq(leaf, 0, "no leaf page of the records database in %s", pristine_path);
+
+  /* The probes commit (fdatasync) several times each: on tmpfs when there is one, so that the
+   * scan takes seconds, not minutes. */
+  char dir[400], fresh[400], data[480], lock[480];
+  snprintf(scan_root, sizeof scan_root, "%s/sk-cache-scan-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+  cr_assert_not_null(mkdtemp(scan_root), "mkdtemp: %s", strerror(errno));
+  snprintf(dir, sizeof dir, "%s/flip", scan_root);
+  snprintf(data, sizeof data, "%s/data.mdb", dir);
+  snprintf(lock, sizeof lock, "%s/lock.mdb", dir);
+  cr_assert_eq(mkdir(dir, 0700), 0);
+  uint8_t *damaged = malloc(size);
+  int failures = 0, detected = 0, tried = 0;
+  char first_failures[1024] = "";
+  for (long off = -1; off < (long)psize; off++) { /* -1: the undamaged file */
+    memcpy(damaged, pristine, size);
+    if (off >= 0) damaged[leaf + (size_t)off] ^= 0xff;
+    write_all(data, damaged, size);
+    unlink(lock);
+    snprintf(fresh, sizeof fresh, "%s/fresh-%ld", scan_root, off);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) damaged_probe(dir, fresh, (const uint8_t(*)[16])keys, N);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    nftw(fresh, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tried++;
+    const int ok = WIFEXITED(status) && (WEXITSTATUS(status) == PROBE_OK || WEXITSTATUS(status) == PROBE_DETECTED);
+    if (off < 0) {
+      cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == PROBE_OK, "the undamaged cache failed the probe (status 0x%x)",
+                status);
+      continue;
+    }
+    if (!ok) {
+      if (failures++ < 8) {
+        size_t n = strlen(first_failures);
+        snprintf(first_failures + n, sizeof first_failures - n, " byte %ld: %s %d;", off,
+                 WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+      }
+    } else if (WEXITSTATUS(status) == PROBE_DETECTED) {
+      detected++;
+    }
+  }
+  fprintf(stderr, "damaged leaf scan: %d flips, %d detected as damage, %d failed\n", tried - 1, detected, failures);
+  cr_assert_eq(failures, 0, "%d of %d single-byte flips of the records leaf page (file offset %zu) took the probe "
+               "down:%s", failures, tried - 1, leaf, first_failures);
+  cr_assert_gt(detected, 0, "no flip was noticed: the scan did not hit the live page");
+  free(damaged);
+  free(pristine);
+  for (int i = 0; i < N; i++) free_rec(&recs[i]);
+}
+
+/* A compacted copy of the cache at cache_dir (live pages only, so the records database is one
+ * leaf whose place is known) installed as `dir`/data.mdb. Returns the leaf's file offset. */
+static size_t install_compact_copy(const char *dir) {
+  sk_cache *c = open_cache();
+  char copy[400];
+  snprintf(copy, sizeof copy, "%s/compact.mdb", root_dir);
+  cr_assert_eq(sk_cache_export(c, copy), SK_OK, "%s", sk_last_error_message());
+  sk_cache_close(c);
+  size_t size;
+  uint8_t *file = read_all(copy, &size);
+  const size_t leaf = find_records_leaf(file, size, (size_t)sysconf(_SC_PAGESIZE));
+  cr_assert_neq(leaf, 0);
+  char data[480];
+  cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+  snprintf(data, sizeof data, "%s/data.mdb", dir);
+  write_all(data, file, size);
+  free(file);
+  return leaf;
+}
+
+/* Flip the high half of the data size of the leaf node holding `key` (what the issue's tester
+ * did): the value then seems to run megabytes past the end of the file. */
+static void damage_value_size(const char *dir, size_t leaf, const uint8_t key[16]) {
+  char data[480];
+  snprintf(data, sizeof data, "%s/data.mdb", dir);
+  const size_t psize = (size_t)sysconf(_SC_PAGESIZE);
+  int fd = open(data, O_RDWR | O_CLOEXEC);
+  cr_assert_geq(fd, 0);
+  uint8_t *page = malloc(psize);
+  cr_assert_eq(pread(fd, page, psize, (off_t)leaf), (ssize_t)psize);
+  const unsigned nkeys = (le16_at(page + LMDB_PAGE_LOWER) - LMDB_PAGE_PTRS) / 2;
+  size_t node = 0;
+  for (unsigned i = 0; i < nkeys && !node; i++) {
+    const uint16_t off = le16_at(page + LMDB_PAGE_PTRS + 2 * i);
+    if (le16_at(page + off + 6) == 16 && !memcmp(page + off + 8, key, 16)) node = off;
+  }
+  cr_assert_neq(node, 0, "the key is not in the leaf");
+  uint8_t hi = page[node + 3] ^ 0x7f; /* mn_hi's high byte: + ~2 GiB */
+  cr_assert_eq(pwrite(fd, &hi, 1, (off_t)(leaf + node + 3)), 1);
+  close(fd);
+  free(page);
+}
+
+Test(cache, empty_data_file_is_named_by_readers_and_initialised_by_writers) {
+  /* A writer that created data.mdb and was killed before LMDB wrote its first pages. */
+  cr_assert_eq(mkdir(cache_dir, 0700), 0);
+  char path[512];
+  snprintf(path, sizeof path, "%s/data.mdb", cache_dir);
+  write_all(path, (const uint8_t *)"", 0);
+  sk_cache *c = NULL;
+  sk_cache_options ro = {.dir = cache_dir, .readonly = 1};
+  cr_assert_eq(sk_cache_open(&ro, &c), SK_ERR_CACHE);
+  cr_assert(strstr(sk_last_error_message(), "data.mdb is empty (0 bytes"), "%s", sk_last_error_message());
+  c = open_cache(); /* a writer starts a new cache in it */
+  test_rec t;
+  make_rec(&t, 500);
+  put_ok(c, &t);
+  sk_cache_close(c);
+  c = open_cache_opts(&ro);
+  expect_hit(c, &t);
+  sk_cache_close(c);
+  free_rec(&t);
+}
+
+Test(cache, damage_found_in_use_stops_the_cache) {
+  /* The file passes the check at open and is damaged afterwards (another process, the disk):
+   * the lookup that meets the damaged node fails cleanly, and so does everything after it. */
+  test_rec small, big;
+  make_rec(&small, 100); /* inline in the leaf */
+  make_rec(&big, 20000); /* on overflow pages */
+  sk_cache *c = open_cache();
+  put_ok(c, &small);
+  put_ok(c, &big);
+  sk_cache_close(c);
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/compact", root_dir);
+  const size_t leaf = install_compact_copy(dir);
+  for (int which = 0; which < 2; which++) {
+    const test_rec *t = which ? &big : &small;
+    sk_cache_options o = {.dir = dir};
+    if (which) { /* a fresh copy for the second round */
+      nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+      install_compact_copy(dir);
+    }
+    c = open_cache_opts(&o);
+    expect_hit(c, t);
+    damage_value_size(dir, leaf, t->rec.key);
+    sk_lookup res;
+    sk_record r;
+    void *owned = NULL;
+    cr_assert_eq(sk_cache_get(c, t->rec.key, &res, &r, &owned), SK_ERR_CACHE);
+    cr_assert(strstr(sk_last_error_message(), "data.mdb is damaged") && strstr(sk_last_error_message(), dir),
+              "%s", sk_last_error_message());
+    cr_assert_null(owned);
+    cr_assert(sk_cache_is_damaged(c));
+    cr_assert_eq(sk_cache_foreach(c, count_visit, &(verify_counts){0, 0, 0}), SK_ERR_CACHE);
+    cr_assert_eq(sk_cache_put(c, &small.rec), SK_ERR_CACHE, "no writes to a damaged file");
+    cr_assert(strstr(sk_last_error_message(), "damaged"), "%s", sk_last_error_message());
+    sk_cache_close(c);
+    /* The next open finds it in the structure check. */
+    sk_cache *again = NULL;
+    cr_assert_eq(sk_cache_open(&o, &again), SK_ERR_CACHE);
+    cr_assert(strstr(sk_last_error_message(), "is damaged"), "%s", sk_last_error_message());
+  }
+  free_rec(&small);
+  free_rec(&big);
+}
+
+/* A cache of one small record, compacted into root_dir/compact (dir): returns the leaf offset. */
+static size_t compact_cache_of_one(test_rec *t, char *dir, size_t dir_size) {
+  make_rec(t, 100);
+  sk_cache *c = open_cache();
+  put_ok(c, t);
+  sk_cache_close(c);
+  snprintf(dir, dir_size, "%s/compact", root_dir);
+  return install_compact_copy(dir);
+}
+
+Test(cache, damaged_meta_page_is_refused) {
+  /* LMDB takes the page size, flags and roots of its meta pages on trust: a wrong page size made
+   * it read its second meta page, and every page after, at the wrong place (SIGBUS). */
+  test_rec t;
+  char dir[400], data[480];
+  compact_cache_of_one(&t, dir, sizeof dir);
+  snprintf(data, sizeof data, "%s/data.mdb", dir);
+  sk_cache *c = NULL;
+  size_t size;
+  uint8_t *pristine = read_all(data, &size);
+  const size_t psize = (size_t)sysconf(_SC_PAGESIZE);
+  /* in each meta page: the page size's high bytes, the free list's flags, the main root */
+  const size_t fields[] = {16 + 24 + 2, 16 + 24 + 3, 16 + 24 + 4, 16 + 72 + 40 + 3};
+  for (size_t m = 0; m < 2; m++)
+    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
+      uint8_t *bad = malloc(size);
+      memcpy(bad, pristine, size);
+      bad[m * psize + fields[f]] ^= 0x40;
+      write_all(data, bad, size);
+      free(bad);
+      for (int ro = 0; ro <= 1; ro++) {
+        sk_cache_options o = {.dir = dir, .readonly = ro};
+        cr_assert_eq(sk_cache_open(&o, &c), SK_ERR_CACHE, "meta %zu byte %zu", m, fields[f]);
+        cr_assert(strstr(sk_last_error_message(), "is damaged (meta page"), "%s", sk_last_error_message());
+      }
+    }
+  free(pristine);
+  free_rec(&t);
+}
+
+static int run_tool(char *out, size_t size, const char *fmt, ...) SK_PRINTF(3, 4);
+static const char *tool_path(void);
+
+Test(cache, damaged_file_is_refused_by_the_runtime_and_the_tools) {
+  test_rec t;
+  char dir[400];
+  const size_t leaf = compact_cache_of_one(&t, dir, sizeof dir);
+  damage_value_size(dir, leaf, t.rec.key);
+
+  /* The runtime: memory-only, with the reason, and it still compiles. */
+  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  sk_cache_info ci;
+  cr_assert_eq(sk_get_cache_info(&ci), SK_OK);
+  cr_assert_eq(ci.mode, SK_CACHE_MODE_MEMORY_ONLY);
+  cr_assert(strstr(ci.reason, "data.mdb is damaged"), "%s", ci.reason);
+  if (tool_path()) {
+    static char out[1 << 14];
+    const char *cmds[] = {"verify", "ls", "stat", "export x.mdb", "prune --max-bytes 1"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+      cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' %s", dir, cmds[i]), 1, "%s: %s", cmds[i], out);
+      cr_assert(strstr(out, "is damaged"), "%s: %s", cmds[i], out);
+    }
+    /* sk-cache import of a damaged export refuses it whole. */
+    char file[480];
+    snprintf(file, sizeof file, "%s/data.mdb", dir);
+    cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s/other' import '%s'", root_dir, file), 1, "%s", out);
+    cr_assert(strstr(out, "the file is damaged") && strstr(out, "nothing was imported"), "%s", out);
+  }
+  free_rec(&t);
+}
+
+Test(cache, runtime_goes_memory_only_when_damage_appears_in_use) {
+  /* A kernel the runtime stored, found damaged after the runtime opened the cache: the lookup
+   * fails cleanly, the kernel is compiled instead, the cache is dropped (memory-only) once. */
+  const char *opts[] = {"-DSK_TEST_SALT=damage"};
+  sk_kernel_request a = {"test.scale", "test/scale.cuh", "sk_test::scale<float, 32>", "", "sm_120a", opts, 1, 0};
+  sk_key ka;
+  cr_assert_eq(sk_kernel_key(&a, &ka), SK_OK);
+  pid_t pid = fork();
+  if (pid == 0) { /* store kernel a with the runtime of another process */
+    setenv("SPARKINFER_CACHE_DIR", cache_dir, 1);
+    _exit(sk_kernel_prepare(&a, NULL) == SK_OK ? 0 : 1);
+  }
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/compact", root_dir);
+  const size_t leaf = install_compact_copy(dir);
+  setenv("SPARKINFER_CACHE_DIR", dir, 1);
+  sk_cache_info ci;
+  cr_assert_eq(sk_get_cache_info(&ci), SK_OK); /* opens it (and writes nothing: the leaf stays put) */
+  cr_assert_eq(ci.mode, SK_CACHE_MODE_READWRITE, "%s", ci.reason);
+  damage_value_size(dir, leaf, ka.bytes);
+  sk_prepare_info info;
+  cr_assert_eq(sk_kernel_prepare(&a, &info), SK_OK, "%s", sk_last_error_message());
+  cr_assert_eq(info.source, SK_RESOLVED_COMPILED);
+  cr_assert_eq(sk_get_cache_info(&ci), SK_OK);
+  cr_assert_eq(ci.mode, SK_CACHE_MODE_MEMORY_ONLY);
+  cr_assert(strstr(ci.reason, "data.mdb is damaged"), "%s", ci.reason);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -745,7 +1130,7 @@ Test(cache, readonly_refuses_writes) {
   uint64_t n;
   cr_assert_eq(sk_cache_prune(c, 1, 0, &n), SK_ERR_CACHE);
   cr_assert_eq(sk_cache_export(c, export_path), SK_OK, "export only reads");
-  cr_assert_eq(sk_cache_import(c, export_path, 1, &n, &n), SK_ERR_CACHE);
+  cr_assert_eq(sk_cache_import(c, export_path, 1, NULL), SK_ERR_CACHE);
   cr_assert_eq(sk_cache_release(c, t.rec.key), SK_OK);
   sk_acquire a;
   int waited;
@@ -1200,19 +1585,20 @@ Test(cache, export_import_round_trip) {
   snprintf(other, sizeof other, "%s/other", root_dir);
   sk_cache_options o = {.dir = other};
   sk_cache *d = open_cache_opts(&o);
-  uint64_t imported = 0, skipped = 0;
-  cr_assert_eq(sk_cache_import(d, file, 0, &imported, &skipped), SK_OK, "%s", sk_last_error_message());
-  cr_assert_eq(imported, N);
-  cr_assert_eq(skipped, 0);
+  sk_cache_import_counts n;
+  cr_assert_eq(sk_cache_import(d, file, 0, &n), SK_OK, "%s", sk_last_error_message());
+  cr_assert_eq(n.imported, N);
+  cr_assert_eq(n.kept + n.invalid, 0);
   for (int i = 0; i < N; i++) expect_hit(d, &recs[i]);
   sk_cache_stat s = stat_of(d);
   cr_assert_eq(s.records, N);
   cr_assert_eq(s.data_bytes, verify_all(d).bytes);
-  cr_assert_eq(sk_cache_import(d, file, 0, &imported, &skipped), SK_OK);
-  cr_assert_eq(imported, 0);
-  cr_assert_eq(skipped, N, "existing keys are kept");
-  cr_assert_eq(sk_cache_import(d, file, 1, &imported, &skipped), SK_OK);
-  cr_assert_eq(imported, N, "--overwrite replaces them");
+  cr_assert_eq(sk_cache_import(d, file, 0, &n), SK_OK);
+  cr_assert_eq(n.imported, 0);
+  cr_assert_eq(n.kept, N, "existing keys are kept");
+  cr_assert_eq(n.invalid, 0);
+  cr_assert_eq(sk_cache_import(d, file, 1, &n), SK_OK);
+  cr_assert_eq(n.imported, N, "--overwrite replaces them");
   cr_assert_eq(stat_of(d).data_bytes, verify_all(d).bytes);
 
   /* Not an export: refused with a message naming the file. */
@@ -1221,10 +1607,10 @@ Test(cache, export_import_round_trip) {
   FILE *f = fopen(junk, "w");
   for (int i = 0; i < 10000; i++) fputc(rand(), f);
   fclose(f);
-  cr_assert_eq(sk_cache_import(d, junk, 0, &imported, &skipped), SK_ERR_CACHE);
+  cr_assert_eq(sk_cache_import(d, junk, 0, &n), SK_ERR_CACHE);
   cr_assert(strstr(sk_last_error_message(), junk), "%s", sk_last_error_message());
-  cr_assert_eq(sk_cache_import(d, root_dir, 0, &imported, &skipped), SK_ERR_CACHE);
-  cr_assert_eq(sk_cache_import(d, bad, 0, &imported, &skipped), SK_ERR_CACHE);
+  cr_assert_eq(sk_cache_import(d, root_dir, 0, &n), SK_ERR_CACHE);
+  cr_assert_eq(sk_cache_import(d, bad, 0, &n), SK_ERR_CACHE);
   sk_cache_close(d);
   for (int i = 0; i < N; i++) free_rec(&recs[i]);
 }
@@ -1248,15 +1634,78 @@ Test(cache, import_skips_invalid_records) {
   snprintf(other, sizeof other, "%s/other", root_dir);
   sk_cache_options o = {.dir = other};
   sk_cache *d = open_cache_opts(&o);
-  uint64_t imported, skipped;
-  cr_assert_eq(sk_cache_import(d, file, 0, &imported, &skipped), SK_OK);
-  cr_assert_eq(imported, 1);
-  cr_assert_eq(skipped, 1);
+  sk_cache_import_counts n;
+  cr_assert_eq(sk_cache_import(d, file, 0, &n), SK_OK);
+  cr_assert_eq(n.imported, 1);
+  cr_assert_eq(n.invalid, 1, "the corrupt record is counted as invalid");
+  cr_assert_eq(n.kept, 0, "and not as a kept key");
+  cr_assert_eq(sk_cache_import(d, file, 0, &n), SK_OK);
+  cr_assert_eq(n.imported, 0);
+  cr_assert_eq(n.kept, 1);
+  cr_assert_eq(n.invalid, 1);
   expect_hit(d, &good);
   cr_assert_eq(lookup(d, broken.rec.key), SK_LOOKUP_MISS);
   sk_cache_close(d);
   free_rec(&good);
   free_rec(&broken);
+}
+
+/* An export (written with LMDB directly) whose records have keys longer than 16 bytes, the first
+ * with a value past the 16 MiB import batch: the next batch must resume after that whole key
+ * (it used to keep 16 bytes of it, land on the same record again and loop for ever). */
+Test(cache, import_of_long_keys_past_a_batch_ends) {
+  char file[400];
+  snprintf(file, sizeof file, "%s/long-keys.mdb", root_dir);
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi dbi;
+  cr_assert_eq(mdb_env_create(&env), 0);
+  mdb_env_set_maxdbs(env, 4);
+  mdb_env_set_mapsize(env, 256u << 20);
+  cr_assert_eq(mdb_env_open(env, file, MDB_NOSUBDIR, 0600), 0);
+  cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  cr_assert_eq(mdb_dbi_open(txn, "records", MDB_CREATE, &dbi), 0);
+  const size_t big = (17u << 20);
+  uint8_t *value = calloc(1, big);
+  for (int i = 0; i < 3; i++) {
+    uint8_t key[20];
+    memset(key, 'a' + i, sizeof key);
+    MDB_val k = {sizeof key, key}, v = {i == 0 ? big : 100, value};
+    cr_assert_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+  }
+  test_rec good; /* a valid record after them */
+  make_rec(&good, 3000);
+  memset(good.rec.key, 0xff, 4);
+  void *enc;
+  size_t enc_size;
+  cr_assert_eq(sk_record_encode(&good.rec, &enc, &enc_size), SK_OK);
+  MDB_val gk = {16, good.rec.key}, gv = {enc_size, enc};
+  cr_assert_eq(mdb_put(txn, dbi, &gk, &gv, 0), 0);
+  cr_assert_eq(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+  free(enc);
+  free(value);
+
+  /* In a child with an alarm: an import that never ends fails the test instead of hanging it. */
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    alarm(30);
+    sk_cache *c = NULL;
+    sk_cache_options o = {.dir = cache_dir};
+    sk_cache_import_counts n;
+    if (sk_cache_open(&o, &c) != SK_OK || sk_cache_import(c, file, 0, &n) != SK_OK) _exit(10);
+    sk_cache_close(c);
+    _exit(n.imported == 1 && n.invalid == 3 && n.kept == 0 ? 0 : 11);
+  }
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(!WIFSIGNALED(status), "the import did not end (killed by signal %d)", WTERMSIG(status));
+  cr_assert_eq(WEXITSTATUS(status), 0, "the import failed (10) or miscounted (11): %d", WEXITSTATUS(status));
+  sk_cache *c = open_cache();
+  expect_hit(c, &good);
+  sk_cache_close(c);
+  free_rec(&good);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1473,7 +1922,10 @@ Test(cache, sk_cache_tool) {
   cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' verify", cache_dir), 0, "%s", out);
   cr_assert(strstr(out, "1 record checked, 0 bad"), "%s", out);
   cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' import '%s'", cache_dir, file), 0, "%s", out);
-  cr_assert(strstr(out, "imported 1 record, skipped 2"), "%s", out);
+  /* ab20 is kept, ab30 was exported corrupt: two counts, and --overwrite is offered only for
+   * the first. */
+  cr_assert(strstr(out, "imported 1 record, kept 1 existing (--overwrite replaces them), 1 invalid record not imported"),
+            "%s", out);
   cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' prune --max-bytes 1", cache_dir), 0, "%s", out);
   cr_assert(strstr(out, "removed 2 records"), "%s", out);
   cr_assert_eq(run_tool(out, sizeof out, "--cache-dir '%s' prune --older-than-days x", cache_dir), 2);

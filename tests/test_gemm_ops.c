@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/ref.h"
 #include "gemm/gemm_host.h"
@@ -1205,4 +1206,46 @@ Test(gemm_ops, decode_tile_rows_cover_every_row_once) {
           /* interleaved tiles may overshoot N by less than a span; contiguous ones by less than a tile */
           cr_assert_lt((int64_t)(tiles - 1) * rows, interleaved ? n + 64 * row_tiles : n);
         }
+}
+
+/* gemm.h: BLOCK_FP8 raw weight scales are [ceil(n/128), ceil(k/128)] fp32, so a K that is not a
+ * multiple of 128 has a last partial block. The raw scales end right at a PROT_NONE page: reading
+ * one float past the documented size crashes the test. packed_bytes takes a NULL scales size
+ * for TENSOR_FP8, which has no scales. */
+Test(gemm_ops, pack_weight_block_fp8_partial_k_and_packed_bytes_without_scales) {
+  const int64_t n = 200, k = 300, rows = 2, cols = 3; /* ceil(200/128), ceil(300/128) */
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t raw = (size_t)(rows * cols) * sizeof(float);
+  uint8_t *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  cr_assert_neq(map, MAP_FAILED);
+  cr_assert_eq(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+  float *scales = (float *)(map + page - raw);
+  for (int64_t i = 0; i < rows * cols; i++) scales[i] = 0.5f + (float)i;
+  uint8_t *codes = malloc((size_t)(n * k));
+  for (int64_t i = 0; i < n * k; i++) codes[i] = (uint8_t)(i * 7 + 1);
+  size_t cb = 0, sb = 0;
+  cr_assert_eq(sk_gemm_packed_bytes(SK_GEMM_BLOCK_FP8, n, k, &cb, &sb), SK_OK, "%s", sk_last_error_message());
+  const int64_t kp = sk_gemm_padded_k(k);
+  cr_assert_eq(kp, 384);
+  cr_assert_eq(cb, (size_t)(n * kp));
+  cr_assert_eq(sb, raw, "the packed scales keep ceil(k/128) = kp/128 columns");
+  uint8_t *pc = malloc(cb);
+  float *ps = malloc(sb);
+  cr_assert_eq(sk_gemm_pack_weight(SK_GEMM_BLOCK_FP8, n, k, codes, scales, pc, ps), SK_OK, "%s", sk_last_error_message());
+  for (int64_t i = 0; i < rows * cols; i++) cr_assert_eq(ps[i], scales[i], "scale %lld", (long long)i);
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < kp; c++)
+      cr_assert_eq(pc[r * kp + c], c < k ? codes[r * k + c] : 0, "code [%lld, %lld]", (long long)r, (long long)c);
+  free(codes);
+  free(pc);
+  free(ps);
+  munmap(map, 2 * (size_t)page);
+
+  cr_assert_eq(sk_gemm_packed_bytes(SK_GEMM_TENSOR_FP8, n, k, &cb, NULL), SK_OK, "%s", sk_last_error_message());
+  cr_assert_eq(cb, (size_t)(n * kp));
+  sb = 7;
+  cr_assert_eq(sk_gemm_packed_bytes(SK_GEMM_TENSOR_FP8, n, k, &cb, &sb), SK_OK);
+  cr_assert_eq(sb, 0);
+  cr_assert_eq(sk_gemm_packed_bytes(SK_GEMM_MXFP8, n, 320, &cb, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_gemm_packed_bytes(SK_GEMM_TENSOR_FP8, n, k, NULL, &sb), SK_ERR_INVALID_ARGUMENT);
 }

@@ -538,6 +538,25 @@ Test(env, malformed_values_are_reported) {
   cr_assert(strstr(sk_last_error_message(), "SPARKINFER_PRINT_COMPILE_PROGRESS"), "%s", sk_last_error_message());
 }
 
+/* The cache's settings are read at init too: a malformed one fails sk_init, and the cache does
+ * not pass itself off as read-write (it is memory-only, with that message). */
+Test(env, malformed_cache_setting_fails_init_and_leaves_no_cache) {
+  char *dir = tu_tempdir("badenv");
+  char sub[600];
+  snprintf(sub, sizeof sub, "%s/cache", dir);
+  setenv("SPARKINFER_CACHE_DIR", sub, 1);
+  setenv("SPARKINFER_CACHE_MAX_BYTES", "10%", 1);
+  cr_assert_eq(sk_init(), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(sk_last_error_message(), "SPARKINFER_CACHE_MAX_BYTES=10%"), "%s", sk_last_error_message());
+  sk_cache_info ci;
+  cr_assert_eq(sk_get_cache_info(&ci), SK_OK);
+  cr_assert_eq(ci.mode, SK_CACHE_MODE_MEMORY_ONLY);
+  cr_assert(strstr(ci.reason, "SPARKINFER_CACHE_MAX_BYTES"), "%s", ci.reason);
+  cr_assert(!tu_exists(sub), "no cache directory is created");
+  tu_rmrf(dir);
+  free(dir);
+}
+
 Test(log, compile_progress_and_jsonl_log, .init = setup_cache, .fini = teardown_cache) {
   char log[600];
   snprintf(log, sizeof log, "%s/compile.jsonl", cache_dir);

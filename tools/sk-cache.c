@@ -598,18 +598,23 @@ static int cmd_export(const options *o, sk_cache *c) {
 }
 
 static int cmd_import(const options *o, sk_cache *c) {
-  uint64_t imported = 0, skipped = 0;
-  if (sk_cache_import(c, o->args[0], o->overwrite, &imported, &skipped) != SK_OK)
-    return fail("%s", sk_last_error_message());
+  sk_cache_import_counts n;
+  if (sk_cache_import(c, o->args[0], o->overwrite, &n) != SK_OK) return fail("%s", sk_last_error_message());
   if (o->json) {
     cJSON *obj = cJSON_CreateObject();
-    cJSON_AddNumberToObject(obj, "imported", (double)imported);
-    cJSON_AddNumberToObject(obj, "skipped", (double)skipped);
+    cJSON_AddNumberToObject(obj, "imported", (double)n.imported);
+    cJSON_AddNumberToObject(obj, "kept", (double)n.kept);
+    cJSON_AddNumberToObject(obj, "invalid", (double)n.invalid);
     return print_json(obj);
   }
-  printf("imported %llu record%s, skipped %llu%s\n", (unsigned long long)imported,
-         imported == 1 ? "" : "s", (unsigned long long)skipped,
-         skipped && !o->overwrite ? " (existing keys are kept; --overwrite replaces them)" : "");
+  /* Kept and invalid records are different things: --overwrite replaces the first, never the
+   * second. */
+  printf("imported %llu record%s", (unsigned long long)n.imported, n.imported == 1 ? "" : "s");
+  if (n.kept) printf(", kept %llu existing (--overwrite replaces them)", (unsigned long long)n.kept);
+  if (n.invalid)
+    printf(", %llu invalid record%s not imported (failed verification)", (unsigned long long)n.invalid,
+           n.invalid == 1 ? "" : "s");
+  putchar('\n');
   return 0;
 }
 

@@ -1,6 +1,6 @@
 /* sk-warm - prebuild sparkinfer's kernel cache offline (no GPU needed) from a JSON manifest.
- * Exit status: 0 all built or cached, 1 some compile failed (or the cache is unusable),
- * 2 bad usage or a bad manifest (nothing is written then). */
+ * Exit status: 0 all built or cached, 1 some compile failed, the cache is unusable or a
+ * SPARKINFER_* setting is malformed, 2 bad usage or a bad manifest (nothing is written then). */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <fcntl.h>
@@ -38,10 +38,10 @@ static void usage(FILE *f) {
           "  --emit-kernels OUT  write the expanded, deduplicated kernel list as a manifest of\n"
           "                    \"kernels\" entries (what the op entries resolve per arch); compile nothing\n"
           "  --json            print the result as JSON on stdout\n"
-          "  --quiet           no progress output\n"
+          "  --quiet           no progress output (failures are still printed)\n"
           "\n"
-          "Exit status: 0 success, 1 a compile failed or the cache is unusable, 2 bad usage or bad\n"
-          "manifest (nothing is written).\n"
+          "Exit status: 0 success, 1 a compile failed, the cache is unusable or a SPARKINFER_*\n"
+          "setting is malformed, 2 bad usage or bad manifest (nothing is written).\n"
           "\n"
           "Example:\n"
           "  sk-warm --manifest serving.json --arch sm_120a,sm_121a --cache-dir ./cache -j 8\n");
@@ -68,7 +68,12 @@ static int quiet, tty;
 static double t_start;
 
 static void progress(const job *j) {
-  if (quiet) return;
+  if (quiet) { /* no progress, but errors always print */
+    if (j->status != SK_OK)
+      fprintf(stderr, "sk-warm: FAILED %s %s [%s]: %s\n", j->req->arch, j->req->name_expr, j->req->params,
+              j->error ? j->error : "(no message)");
+    return;
+  }
   size_t d = done_jobs;
   if (tty) {
     int width = 30, filled = njobs ? (int)((double)d / (double)njobs * width) : width;
@@ -377,9 +382,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (cache_dir) setenv("SPARKINFER_CACHE_DIR", cache_dir, 1);
-  if (sk_init() != SK_OK) {
+  if (sk_init() != SK_OK) { /* a malformed SPARKINFER_* setting: the environment is unusable */
     fprintf(stderr, "sk-warm: %s\n", sk_last_error_message());
-    return 2;
+    return 1;
   }
   sk_request_list list = {0};
   for (int mi = 0; mi < nmanifests; mi++) {

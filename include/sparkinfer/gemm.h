@@ -13,9 +13,9 @@
  *   BLOCK_FP8   E4M3 codes; fp32 scales: A [M, K/128] (1x128), B [ceil(N/128), K/128] (128x128)
  *   TENSOR_FP8  E4M3 codes, no block scales; alpha = scale_a * scale_b
  * Codes and scale bytes are DLPack uint8 tensors; fp32 scales are float32 tensors. K % 128 == 0:
- * sk_gemm_pack_weight pads a weight's K with zero codes; activations must then be quantized
- * with the padded K, i.e. the caller zero-pads x to the padded K before quantizing it (the
- * quantizers take no padding option).
+ * pack_weight pads weights; the quantizers take no padding, so for K % 128 != 0 the caller
+ * zero-pads x to the padded K (sk_gemm_padded_k) and quantizes that (zero blocks quantize to zero
+ * codes, and a NaN in the padding would poison the sums).
  *
  * Kernels: M <= 16 uses a weight-streaming decode kernel (each weight byte read once, optional
  * deterministic split-K through the plan's scratch); larger M a tiled mma.sync kernel (SM120:
@@ -121,8 +121,13 @@ SK_API size_t sk_gemm_workspace_bytes(sk_gemm_recipe recipe, int64_t m, int64_t 
 
 /** Create (and cache) the plans sk_gemm_mm uses for the listed M values with this recipe, output
  *  dtype, N and K; arch NULL = the current device. An M that is not listed but falls in a range
- *  a listed M warmed also runs after a freeze. Errors: SK_ERR_INVALID_ARGUMENT (bad recipe or
- *  dtype, no or non-positive M values, bad N or K), resolution errors. */
+ *  a listed M warmed also runs after a freeze (sk_gemm_describe names the configuration); one that
+ *  needs another configuration fails with SK_ERR_KERNEL_RESOLUTION_FROZEN. Call before
+ *  sk_freeze_kernel_resolution. Errors: SK_ERR_INVALID_ARGUMENT (bad recipe or dtype, no or
+ *  non-positive M values, N < 1, K not a positive multiple of 128, N x K beyond the 32-bit work
+ *  counters (as sk_gemm_mm), a malformed arch string or SPARKINFER_GEMM_* override), resolution
+ *  errors (compile failure, SK_ERR_KERNEL_RESOLUTION_FROZEN after a freeze). Thread safety: any
+ *  thread. */
 SK_API sk_status sk_gemm_prewarm(sk_gemm_recipe recipe, sk_dtype out, const int64_t *ms, size_t num_ms, int64_t n,
                                  int64_t k, const char *arch);
 
@@ -150,16 +155,20 @@ SK_API sk_status sk_gemm_describe(sk_gemm_recipe recipe, sk_dtype out, int64_t m
 /** Host-side, once per weight: pad K up to a multiple of 128 (zero codes; scale columns 1.0:
  *  0x38 for UE4M3, 127 for UE8M0, 1.0f for fp32) and lay scales out as the kernels read them.
  *  Inputs: codes [n, k] (FP4: k/2 bytes per row), scales in the recipe's layout for k
- *  (swizzled computed with k; BLOCK_FP8 fp32 [ceil(n/128), k/128]; NULL for TENSOR_FP8).
+ *  (swizzled computed with k; BLOCK_FP8 fp32 [ceil(n/128), ceil(k/128)], the last column scaling
+ *  a partial block when k % 128 != 0; NULL for TENSOR_FP8).
  *  Outputs (caller-allocated host memory): packed codes [n, kp], packed scales for kp, with
- *  kp = sk_gemm_padded_k(k). Then upload them once. */
+ *  kp = sk_gemm_padded_k(k). Then upload them once. Padding scales are never applied to nonzero
+ *  codes: any finite value works there (the quantizers write 0, pack_weight 1.0). */
 SK_API int64_t sk_gemm_padded_k(int64_t k);
-/** Errors: SK_ERR_INVALID_ARGUMENT for an unknown recipe, k not a multiple of the scale block,
+/** Errors: SK_ERR_INVALID_ARGUMENT for an unknown recipe, k not a multiple of the scale block
+ *  (16 for NVFP4, 32 for MXFP4 / MXFP8; BLOCK_FP8 and TENSOR_FP8 take any k, FP4 an even k),
  *  sizes beyond 2^31 rows / 2^30 columns, or a NULL buffer. Reads and writes host memory only;
  *  thread-safe for distinct outputs. */
 SK_API sk_status sk_gemm_pack_weight(sk_gemm_recipe recipe, int64_t n, int64_t k, const void *codes,
                                      const void *scales, void *packed_codes, void *packed_scales);
-/** Bytes of pack_weight's outputs. */
+/** Bytes of pack_weight's outputs. scales_bytes may be NULL for TENSOR_FP8 (no scales; else it
+ *  receives 0). Errors as pack_weight's, for a NULL codes_bytes and, other recipes, scales_bytes. */
 SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe recipe, int64_t n, int64_t k, size_t *codes_bytes,
                                       size_t *scales_bytes);
 

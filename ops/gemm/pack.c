@@ -10,14 +10,16 @@ SK_API int64_t sk_gemm_padded_k(int64_t k) { return k <= 0 ? 0 : sk_cdiv(k, 128)
 /* ---- pack_weight ----------------------------------------------------------------------------- */
 
 SK_API sk_status sk_gemm_packed_bytes(sk_gemm_recipe r, int64_t n, int64_t k, size_t *codes_bytes, size_t *scales_bytes) {
+  /* scales_bytes may be NULL for TENSOR_FP8, which has no scales. */
   if (!gemm_recipe_valid(r) || n < 1 || k < 1 || (gemm_recipe_fp4(r) && k % 2) || k % (r == SK_GEMM_NVFP4 ? 16 : r <= SK_GEMM_MXFP8 ? 32 : 1) ||
-      !codes_bytes || !scales_bytes || n > ((int64_t)1 << 31) || k > ((int64_t)1 << 30))
+      !codes_bytes || (!scales_bytes && r != SK_GEMM_TENSOR_FP8) || n > ((int64_t)1 << 31) || k > ((int64_t)1 << 30))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "gemm pack_weight: bad recipe, n, k or output pointers");
   const int64_t kp = sk_gemm_padded_k(k);
   *codes_bytes = (size_t)(n * (gemm_recipe_fp4(r) ? kp / 2 : kp));
-  *scales_bytes = r == SK_GEMM_TENSOR_FP8 ? 0
-                  : r == SK_GEMM_BLOCK_FP8 ? (size_t)(sk_cdiv(n, 128) * (kp / 128)) * 4
-                                           : sk_swizzled_scale_bytes(n, kp / gemm_scale_vec(r));
+  if (scales_bytes)
+    *scales_bytes = r == SK_GEMM_TENSOR_FP8 ? 0
+                    : r == SK_GEMM_BLOCK_FP8 ? (size_t)(sk_cdiv(n, 128) * (kp / 128)) * 4
+                                             : sk_swizzled_scale_bytes(n, kp / gemm_scale_vec(r));
   return SK_OK;
 }
 
