@@ -226,18 +226,12 @@ static size_t find_nul(const char *text, size_t len) {
 }
 
 /* Duplicate object keys anywhere (cJSON keeps both and lookups see the first: the second would
- * be silently ignored), and in ops[].caps, numbers that are not whole (every caps number is a
- * count or a size; an op reading 1.5 would take 1). `path` names the node for the message. */
-static sk_status check_tree(const cJSON *node, char *path, size_t cap, bool in_caps) {
+ * be silently ignored). Caps values are each op's to check (sk_json_int refuses a fraction where a
+ * count or size is due; alpha, eps and limits are real numbers). `path` names the node for the
+ * message. */
+static sk_status check_tree(const cJSON *node, char *path, size_t cap) {
   const size_t n = strlen(path);
-  if (cJSON_IsNumber(node) && in_caps) {
-    const double d = node->valuedouble;
-    if (!isfinite(d) || d != floor(d))
-      return sk_set_error(SK_ERR_MANIFEST, "manifest: %s: %g is not a whole number (caps numbers are counts and sizes)",
-                          path, d);
-  }
   if (!cJSON_IsObject(node) && !cJSON_IsArray(node)) return SK_OK;
-  const bool an_op = cJSON_IsObject(node) && !strncmp(path, "ops[", 4) && !memchr(path, '.', n); /* ops[i] */
   size_t i = 0;
   for (const cJSON *c = node->child; c; c = c->next, i++) {
     if (cJSON_IsObject(node)) {
@@ -249,8 +243,7 @@ static sk_status check_tree(const cJSON *node, char *path, size_t cap, bool in_c
     } else {
       snprintf(path + n, cap - n, "[%zu]", i);
     }
-    const bool caps = in_caps || (an_op && c->string && !strcmp(c->string, "caps"));
-    const sk_status s = check_tree(c, path, cap, caps);
+    const sk_status s = check_tree(c, path, cap);
     path[n] = '\0';
     if (s != SK_OK) return s;
   }
@@ -283,7 +276,7 @@ sk_status sk_manifest_parse(const char *text, size_t len, const char *const *arc
                         "a manifest is one JSON object", off, line_of(text, off));
   }
   char path[256] = "";
-  sk_status s = check_tree(root, path, sizeof path, false);
+  sk_status s = check_tree(root, path, sizeof path);
   static const char *const allowed[] = {"format", "version", "kernels", "ops", "comment", "recorded_by", NULL};
   const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
   const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");

@@ -779,6 +779,21 @@ sk_status sk_bind_error(const sk_binding *b, const char *fmt, ...) {
   return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: %s", prefix, msg);
 }
 
+sk_status sk_binding_scratch_word(const sk_binding *b, const char *group, size_t offset, void *stream, const char *who,
+                                  uint32_t *out) {
+  if (!b || !out || !b->bound || strncmp(b->plan->def->info.name, group, strlen(group)) || !b->scratch[0])
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: not a bound %s binding with its scratch", who, group);
+  SK_TRY(sk_driver_ensure());
+  if (!sk_cu.cuStreamSynchronize || !sk_cu.cuMemcpyDtoH)
+    return sk_set_error(SK_ERR_NO_DRIVER, "%s: the driver lacks cuStreamSynchronize / cuMemcpyDtoH", who);
+  SK_TRY(sk_driver_ensure_context());
+  SK_CU(sk_cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  uint32_t word = 0;
+  SK_CU(sk_cu.cuMemcpyDtoH(&word, (unsigned long long)(uintptr_t)((char *)b->scratch[0] + offset), 4), "cuMemcpyDtoH");
+  *out = word;
+  return SK_OK;
+}
+
 static sk_status tensor_error(const sk_binding *b, const sk_tensor_rule *r, const char *fmt, ...) SK_PRINTF(3, 4);
 static sk_status tensor_error(const sk_binding *b, const sk_tensor_rule *r, const char *fmt, ...) {
   char msg[384];

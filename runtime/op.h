@@ -191,6 +191,11 @@ sk_status sk_binding_set_symbol(sk_binding *b, const char *name, int64_t value);
 static inline const DLTensor *sk_bind_tensor(const sk_binding *b, size_t i) { return b->seen[i]; }
 /* An error from an op's bind callback, with the spine's prefix ("op bind (entry): ..."). */
 sk_status sk_bind_error(const sk_binding *b, const char *fmt, ...) SK_PRINTF(2, 3);
+/* The ops' error-word readers (sk_attn_error_flags, sk_moe_error_flags): `b` must be a bound
+ * binding of an op whose name starts with `group` ("moe."); waits for `stream`, then copies the
+ * 4 bytes at `offset` of the binding's first scratch region. `who` names the caller in messages. */
+sk_status sk_binding_scratch_word(const sk_binding *b, const char *group, size_t offset, void *stream, const char *who,
+                                  uint32_t *out);
 
 /* ---- the op definition ---------------------------------------------------------------------- */
 

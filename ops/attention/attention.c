@@ -361,18 +361,7 @@ static sk_status run(const sk_binding *b, void *stream) {
 }
 
 SK_API sk_status sk_attn_error_flags(const sk_binding *b, void *stream, uint32_t *flags) {
-  if (!b || !flags || !b->bound || strncmp(b->plan->def->info.name, "attention.", 10))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_attn_error_flags: not a bound attention binding");
-  SK_TRY(sk_driver_ensure());
-  if (!sk_cu.cuStreamSynchronize || !sk_cu.cuMemcpyDtoH)
-    return sk_set_error(SK_ERR_NO_DRIVER, "sk_attn_error_flags: the driver lacks cuStreamSynchronize / cuMemcpyDtoH");
-  SK_TRY(sk_driver_ensure_context());
-  SK_CU(sk_cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  int32_t word = 0;
-  SK_CU(sk_cu.cuMemcpyDtoH(&word, (unsigned long long)(uintptr_t)((char *)b->scratch[0] + 4 * SK_ATTN_HDR_FLAGS), 4),
-        "cuMemcpyDtoH");
-  *flags = (uint32_t)word;
-  return SK_OK;
+  return sk_binding_scratch_word(b, "attention.", 4 * SK_ATTN_HDR_FLAGS, stream, "sk_attn_error_flags", flags);
 }
 
 /* ---- tables, caps JSON, definitions ------------------------------------------------------------ */

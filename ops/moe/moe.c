@@ -236,18 +236,9 @@ static sk_status run(const sk_binding *b, void *stream) {
 }
 
 SK_API sk_status sk_moe_error_flags(const sk_binding *b, void *stream, uint32_t *flags) {
-  if (!b || !flags || !b->bound || strncmp(b->plan->def->info.name, "moe.", 4))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_moe_error_flags: not a bound moe binding");
-  const moe_state *st = SK_PLAN_STATE(b->plan, moe_state);
-  SK_TRY(sk_driver_ensure());
-  if (!sk_cu.cuStreamSynchronize || !sk_cu.cuMemcpyDtoH)
-    return sk_set_error(SK_ERR_NO_DRIVER, "sk_moe_error_flags: the driver lacks cuStreamSynchronize / cuMemcpyDtoH");
-  SK_TRY(sk_driver_ensure_context());
-  SK_CU(sk_cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  int32_t word = 0;
-  SK_CU(sk_cu.cuMemcpyDtoH(&word, (unsigned long long)(uintptr_t)((char *)b->scratch[0] + st->s.flags), 4), "cuMemcpyDtoH");
-  *flags = (uint32_t)word;
-  return SK_OK;
+  const int moe = b && b->bound && !strncmp(b->plan->def->info.name, "moe.", 4);
+  const size_t at = moe ? (size_t)SK_PLAN_STATE(b->plan, moe_state)->s.flags : 0;
+  return sk_binding_scratch_word(b, "moe.", at, stream, "sk_moe_error_flags", flags);
 }
 
 /* ---- table, caps JSON, definitions ------------------------------------------------------------ */
