@@ -126,6 +126,10 @@ static void fill(const skh_case *c, skh_tensor *t, size_t n, skref_rng *rng) {
       skh_set(&t[WTS], t[WTS].host, (size_t)tok * a->topk + j, 0.1 + 0.9 * skref_rng_uniform(rng));
     }
   }
+  /* Never all zeros (top-1 over few experts can draw expert 0 for every token) */
+  size_t nonzero = 0;
+  for (size_t r = 0; r < (size_t)a->m * a->topk; r++) nonzero += skh_get(&t[IDS], t[IDS].host, r) != 0;
+  if (!nonzero && eg > 1) skh_set(&t[IDS], t[IDS].host, (size_t)a->m * a->topk - 1, 1);
   if (t[LOGITS].present) skh_fill_normal(&t[LOGITS], rng, 1.0);
   if (t[MAP].present) { /* a random E of the EG global experts live here, in random local order */
     for (int i = 0; i < eg; i++) perm[i] = i;
