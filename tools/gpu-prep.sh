@@ -4,7 +4,9 @@
 # lacks (../shared/tools/device-libs), and a kernel cache prebuilt for sm_90a with sk-warm from the
 # model manifests, direct.json and the harness's GPU and bench cases, so the device's minutes are not
 # spent compiling. BASE_BUILD (a build directory of an older commit, with bench/ and bin/ and a
-# gpu-cache/ prebuilt the same way) is copied to .devrun/old for side-by-side benchmarks.
+# gpu-cache/ prebuilt the same way) is copied to .devrun/old for side-by-side benchmarks. The whole
+# is packed into .devrun.tar.xz (about 7 MB against ~60 MB unpacked; carry limit 64 MiB): carry that
+# file; gpu-run.sh unpacks it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${SK_BUILD:-build}
@@ -34,4 +36,5 @@ if [ $# -ge 1 ]; then
   ../shared/tools/device-libs .devrun/libs .devrun/old/bench/* .devrun/old/bin/*
   cp -r "$1"/gpu-cache .devrun/old/cache
 fi
-du -sh .devrun
+tar cJf .devrun.tar.xz .devrun
+du -sh .devrun .devrun.tar.xz

@@ -1,13 +1,14 @@
 #!/bin/bash
 # gpu-run.sh: what one call on the device machine runs, over .devrun/ (built here by
-# tools/gpu-prep.sh and carried: stripped binaries, the libraries the device lacks, kernel caches
-# prebuilt for sm_90a). Logs and bench JSON end up in $OUT/results.tar.gz (and $OUT/gpu-test.log).
+# tools/gpu-prep.sh and carried as .devrun.tar.xz, unpacked here: stripped binaries, the
+# libraries the device lacks, kernel caches prebuilt for sm_90a). Logs and bench JSON end up in $OUT/results.tar.gz (and $OUT/gpu-test.log).
 #   SK_TESTS       GPU suites to run (default: every .devrun/new/tests/gpu/test_*)
 #   SK_BENCHES     benchmarks of this build (default: every .devrun/new/bench/*)
 #   SK_OLD_BENCHES benchmarks of the older build in .devrun/old, run first for a side-by-side
 #                  comparison (default: all of them, when .devrun/old exists; "none" skips them)
 #   SK_PEERS       python peer scripts under bench/ to run (default: none), e.g. "peer_gemm_torch"
 set -uo pipefail
+if [ -f .devrun.tar.xz ]; then rm -rf .devrun && tar xJf .devrun.tar.xz || exit 1; fi
 export LD_LIBRARY_PATH=$PWD/.devrun/libs:${LD_LIBRARY_PATH:-}
 FINAL=${OUT:-/tmp/out}
 OUT=$(mktemp -d)  # everything is packed into $FINAL/results.tar.gz at the end (the device returns few files)
