@@ -234,6 +234,11 @@ struct sk_op_def {
   .caps_arch_offset = offsetof(type, arch)
 #define SK_OP_STATE(plan_type, binding_type)                                                       \
   .plan_state_size = sizeof(plan_type), .binding_state_size = sizeof(binding_type)
+/* The callbacks, with the caps JSON codecs under their conventional names caps_from_json and
+ * caps_to_json (static in the op's file). finish may be NULL. */
+#define SK_OP_CALLBACKS(supported, check, select_, finish_, bind_, run_)                             \
+  .is_supported = (supported), .check_caps = (check), .caps_from_json = caps_from_json,            \
+  .caps_to_json = caps_to_json, .select = (select_), .finish = (finish_), .bind = (bind_), .run = (run_)
 
 /* The registry (runtime/registry.c; the list is generated from ops/<group>/<op>.c). */
 const sk_op_def *sk_find_op(const char *name);

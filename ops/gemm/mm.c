@@ -169,14 +169,7 @@ const sk_op_def sk_op_gemm_blockscaled = {
     .num_kernels = GEMM_MAX_REGIMES,
     .entries = entries,
     .num_entries = 1,
-    .is_supported = gemm_supported,
-    .check_caps = check_caps,
-    .caps_from_json = caps_from_json,
-    .caps_to_json = caps_to_json,
-    .select = select_kernels,
-    .finish = finish,
-    .bind = bind,
-    .run = run,
+    SK_OP_CALLBACKS(gemm_supported, check_caps, select_kernels, finish, bind, run),
 };
 
 /* ---- one-shot convenience ------------------------------------------------------------------------

@@ -517,12 +517,5 @@ const sk_op_def sk_op_norm_mhc = {
     .num_kernels = K_COUNT,
     .entries = entries,
     .num_entries = 3,
-    .is_supported = mhc_supported,
-    .check_caps = check_caps,
-    .caps_from_json = caps_from_json,
-    .caps_to_json = caps_to_json,
-    .select = select_kernels,
-    .finish = finish,
-    .bind = bind,
-    .run = run,
+    SK_OP_CALLBACKS(mhc_supported, check_caps, select_kernels, finish, bind, run),
 };
