@@ -509,40 +509,19 @@ static sk_status varlen_from_json(const cJSON *j, void *caps) {
 static const sk_attn_paged_caps paged_defaults = SK_ATTN_PAGED_CAPS_INIT;
 static const sk_attn_varlen_caps varlen_defaults = SK_ATTN_VARLEN_CAPS_INIT;
 
-const sk_op_def sk_op_attention_paged = {
-    .info = {"attention.paged", SK_OP_PLANNED,
-             "paged-KV attention, decode and extend: GQA, bf16/fp16/FP8 KV, causal, sliding window, sinks, split-KV",
-             "sm_89+,sm_90a,sm_120a,sm_121a"},
-    SK_OP_CAPS(sk_attn_paged_caps, paged_defaults),
-    SK_OP_STATE(attn_state, attn_bound),
-    .num_kernels = K_COUNT,
-    .entries = paged_entries,
-    .num_entries = 1,
-    .is_supported = attn_supported,
-    .check_caps = paged_check,
-    .caps_from_json = paged_from_json,
-    .caps_to_json = paged_to_json,
-    .select = paged_select,
-    .finish = finish,
-    .bind = paged_bind,
-    .run = run,
-};
+/* The two ops differ in caps, tensors and their select / bind; kernels, run and limits are shared. */
+#define ATTN_DEF(name, summary, caps_type, kind)                                                                 \
+  {                                                                                                            \
+    .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                                   \
+    SK_OP_CAPS(caps_type, kind##_defaults), SK_OP_STATE(attn_state, attn_bound), .num_kernels = K_COUNT,        \
+    .entries = kind##_entries, .num_entries = 1, .is_supported = attn_supported, .check_caps = kind##_check,     \
+    .caps_from_json = kind##_from_json, .caps_to_json = kind##_to_json, .select = kind##_select, .finish = finish, \
+    .bind = kind##_bind, .run = run,                                                                           \
+  }
 
-const sk_op_def sk_op_attention_varlen = {
-    .info = {"attention.varlen", SK_OP_PLANNED,
-             "ragged self-attention over contiguous K/V: GQA, causal or (left, right) windows, sinks, natural-log LSE",
-             "sm_89+,sm_90a,sm_120a,sm_121a"},
-    SK_OP_CAPS(sk_attn_varlen_caps, varlen_defaults),
-    SK_OP_STATE(attn_state, attn_bound),
-    .num_kernels = K_COUNT,
-    .entries = varlen_entries,
-    .num_entries = 1,
-    .is_supported = attn_supported,
-    .check_caps = varlen_check,
-    .caps_from_json = varlen_from_json,
-    .caps_to_json = varlen_to_json,
-    .select = varlen_select,
-    .finish = finish,
-    .bind = varlen_bind,
-    .run = run,
-};
+const sk_op_def sk_op_attention_paged =
+    ATTN_DEF("attention.paged", "paged-KV attention, decode and extend: GQA, bf16/fp16/FP8 KV, causal, sliding window, sinks, split-KV",
+             sk_attn_paged_caps, paged);
+const sk_op_def sk_op_attention_varlen =
+    ATTN_DEF("attention.varlen", "ragged self-attention over contiguous K/V: GQA, causal or (left, right) windows, sinks, natural-log LSE",
+             sk_attn_varlen_caps, varlen);
