@@ -250,8 +250,8 @@ SK_ATTN_FN void sk_attn_accumulate(const sk_attn_req *r, int tile_kv, int fixed_
   }
 }
 // Estimated time of candidate `cand` in KV tiles: waves of attn_ctas units, each as long as the
-// longest chunk plus the per-unit overhead (measured on an H100: a unit's first tile waits a full
-// loaded memory latency, so many short units lose to fewer long ones); SK_ATTN_COST_NONE when the
+// longest chunk plus the per-unit overhead (a unit's first tile waits a full loaded memory
+// latency, so many short units lose to fewer long ones); SK_ATTN_COST_NONE when the
 // candidate breaks a budget or is no split in disguise (a chunk as long as the longest span).
 SK_ATTN_FN long long sk_attn_candidate_cost(int cand, long long items, long long partial, int max_span, int hkv,
                                             int ctas, int tile_kv, int max_work_items, int max_partial_rows,
@@ -382,7 +382,7 @@ SK_ATTN_FN sk_attn_config sk_attn_pick_config(int kind, int dqk, int dvo, int kv
   const int big = dqk + dvo > 256;
   if (kind == SK_ATTN_KIND_DECODE) {
     /* 16-bit KV: 32-key tiles over 2 warps, 3 stages; FP8: 64-key tiles over 4 warps, 3 stages
-     * (the fastest of the variants measured on an H100; attention.md) */
+     * (an FP8 tile of 64 keys moves as many bytes per stage as a 16-bit tile of 32; attention.md) */
     c.tile_q = 16, c.warps_q = 1, c.stages = 3;
     c.tile_kv = kv_fp8 ? 64 : 32, c.warps_kv = kv_fp8 ? 4 : 2;
     while (c.stages > 2 && sk_attn_smem_bytes(dqk, dvo, kv_fp8, c) > SK_ATTN_MAX_SMEM) c.stages--;

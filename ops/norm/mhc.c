@@ -95,7 +95,7 @@ const char *const sk_mhc_knobs[] = {
     NULL};
 
 /* The tuning knobs (docs/env.md; read by the selection, never at run). Stage buffers: 2 (the
- * lockstep schedule; the pipelined one with 3-4 was not faster on the H200). fn terms in shared
+ * lockstep schedule, ops/norm/norm.mhc.md). fn terms in shared
  * memory: the most, up to 2, that fit the block with the chosen stages (freeing the registers the
  * post_pre partial would spill). The own-sums loop: on where its sums buffer fits too. */
 static sk_status mhc_knobs(const sk_plan *p, mhc_state *st) {

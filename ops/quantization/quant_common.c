@@ -48,8 +48,8 @@ sk_status quant_check_caps(quant_kind kind, sk_quant_caps *c) {
 
 /* The selection. Hardware conversion where the arch has it (bit-identical to software by
  * construction and by tests/test_quant_emulation.c); PORTABLE forces software. Chunks per
- * thread: mxfp8 one unit per CTA (4), nvfp4 two units (8): the fastest on the H200, where 4-32
- * were compared; SPARKINFER_QUANT_CHUNKS_PER_THREAD overrides both (bits never change). */
+ * thread: mxfp8 one unit per CTA (4), nvfp4 two units (8) (quantization.md, the work split);
+ * SPARKINFER_QUANT_CHUNKS_PER_THREAD overrides both (bits never change). */
 sk_status quant_select(quant_kind kind, sk_plan *p) {
   const sk_quant_caps *c = SK_PLAN_CAPS(p, sk_quant_caps);
   quant_plan_state *st = SK_PLAN_STATE(p, quant_plan_state);
@@ -102,8 +102,8 @@ sk_status quant_bind(sk_binding *b) {
   q->m = (int)m;
   q->grid = quant_rows_grid(m, c->k, kind_block(st->kind), st->chunks_per_thread, st->sm_count);
   if (st->kind == QUANT_NVFP4 && c->global_scale == SK_GLOBAL_SCALE_COMPUTED) {
-    /* Two launches (amax partials, then quantize) even at M = 1: the one-CTA variant was slower
-     * (ops/quantization/nvfp4.cuh). */
+    /* Two launches (amax partials, then quantize) even at M = 1: one CTA reducing the amax alone
+     * serialises the read of x (ops/quantization/nvfp4.cuh). */
     const int64_t sms = st->sm_count > 0 ? st->sm_count : 128;
     const int64_t chunk_blocks = sk_cdiv(m * c->k / 8, QUANT_THREADS);
     const int64_t partials = chunk_blocks < 2 * sms ? chunk_blocks : 2 * sms;
