@@ -560,7 +560,7 @@ static sk_status plan_resolve_and_finish(sk_plan *p) {
     if (!fn) p->offline = 1;
   }
   if (p->def->finish) SK_TRY(p->def->finish(p));
-  cJSON *j = p->def->caps_to_json ? p->def->caps_to_json(p->caps) : NULL;
+  cJSON *j = p->def->caps_fields ? sk_op_caps_to_json(p->def, p->caps) : NULL;
   if (j) {
     sk_warmup_note_op(op, j);
     cJSON_Delete(j);
@@ -593,7 +593,7 @@ SK_API sk_status sk_plan_create_json(const char *op, const char *caps_json, cons
   SK_TRY(sk_runtime_ensure_init());
   const sk_op_def *def = sk_find_op(op);
   if (!def) return sk_set_error(SK_ERR_NOT_FOUND, "no op named \"%.64s\" in this build (see sk_list_ops)", op);
-  if (!def->caps_from_json) return sk_set_error(SK_ERR_UNSUPPORTED, "%s: takes no JSON caps", op);
+  if (!def->caps_fields) return sk_set_error(SK_ERR_UNSUPPORTED, "%s: takes no JSON caps", op);
   cJSON *j = cJSON_Parse(caps_json);
   if (!cJSON_IsObject(j)) {
     cJSON_Delete(j);
@@ -604,7 +604,7 @@ SK_API sk_status sk_plan_create_json(const char *op, const char *caps_json, cons
   sk_status s = caps ? SK_OK : sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory");
   if (s == SK_OK) {
     memcpy(caps, def->caps_defaults, def->caps_size);
-    s = def->caps_from_json(j, caps);
+    s = sk_op_caps_from_json(def, j, caps);
     if (s != SK_OK) s = sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: %s", op, sk_last_error_message());
   }
   const cJSON *ja = cJSON_GetObjectItemCaseSensitive(j, "arch");
@@ -634,7 +634,7 @@ SK_API const char *sk_plan_arch(const sk_plan *p) { return plan_ok(p) ? p->arch 
 
 SK_API sk_status sk_plan_caps_json(const sk_plan *p, char *buf, size_t size, size_t *needed) {
   if (!plan_ok(p) || (!buf && size)) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_plan_caps_json: invalid argument");
-  cJSON *j = p->def->caps_to_json ? p->def->caps_to_json(p->caps) : cJSON_CreateObject();
+  cJSON *j = sk_op_caps_to_json(p->def, p->caps);
   char *text = j ? cJSON_PrintUnformatted(j) : NULL;
   cJSON_Delete(j);
   if (!text) return sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory");
@@ -981,11 +981,11 @@ SK_API sk_status sk_run(const sk_binding *b, void *stream) {
 /* The kernel requests of op entry {"op", "caps"} for `arch`: the union of the selections for
  * every device the arch table lists (a prebuilt cache then serves each of them). */
 sk_status sk_op_build_requests(const sk_op_def *def, const cJSON *caps_json, const char *arch, sk_request_list *out) {
-  if (!def->caps_from_json) return sk_set_error(SK_ERR_MANIFEST, "this op has no manifest builder");
+  if (!def->caps_fields) return sk_set_error(SK_ERR_MANIFEST, "this op has no manifest builder");
   void *caps = malloc(def->caps_size);
   if (!caps) return sk_set_error(SK_ERR_OUT_OF_MEMORY, "out of memory");
   memcpy(caps, def->caps_defaults, def->caps_size);
-  sk_status s = def->caps_from_json(caps_json, caps);
+  sk_status s = sk_op_caps_from_json(def, caps_json, caps);
   if (s != SK_OK && s != SK_ERR_MANIFEST) s = sk_set_error(SK_ERR_MANIFEST, "%s", sk_last_error_message());
   sk_arch_props devices[8];
   const size_t nd = sk_arch_table_devices(arch, devices, 8);
@@ -1016,7 +1016,7 @@ sk_status sk_op_build_requests(const sk_op_def *def, const cJSON *caps_json, con
 
 /* ---- JSON caps helpers ------------------------------------------------------------------------- */
 
-sk_status sk_json_int(const cJSON *j, const char *field, int64_t lo, int64_t hi, bool required, int64_t *out) {
+static sk_status json_int(const cJSON *j, const char *field, int64_t lo, int64_t hi, bool required, int64_t *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
   if (!v) return required ? sk_set_error(SK_ERR_MANIFEST, "caps.%s: required", field) : SK_OK;
   if (!cJSON_IsNumber(v)) return sk_set_error(SK_ERR_MANIFEST, "caps.%s: expected a number", field);
@@ -1028,7 +1028,7 @@ sk_status sk_json_int(const cJSON *j, const char *field, int64_t lo, int64_t hi,
   return SK_OK;
 }
 
-sk_status sk_json_enum(const cJSON *j, const char *field, const char *const *names, int n, int *out) {
+static sk_status json_enum(const cJSON *j, const char *field, const char *const *names, int n, int *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
   if (!v) return SK_OK;
   if (cJSON_IsString(v))
@@ -1047,7 +1047,7 @@ sk_status sk_json_enum(const cJSON *j, const char *field, const char *const *nam
   return sk_set_error(SK_ERR_MANIFEST, "caps.%s: expected one of %s", field, list);
 }
 
-sk_status sk_json_float(const cJSON *j, const char *field, float *out) {
+static sk_status json_float(const cJSON *j, const char *field, float *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
   if (!v) return SK_OK;
   if (!cJSON_IsNumber(v)) return sk_set_error(SK_ERR_MANIFEST, "caps.%s: expected a number", field);
@@ -1055,10 +1055,79 @@ sk_status sk_json_float(const cJSON *j, const char *field, float *out) {
   return SK_OK;
 }
 
-sk_status sk_json_bool(const cJSON *j, const char *field, int *out) {
+static sk_status json_bool(const cJSON *j, const char *field, int *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
   if (!v) return SK_OK;
   if (!cJSON_IsBool(v)) return sk_set_error(SK_ERR_MANIFEST, "caps.%s: expected true or false", field);
   *out = cJSON_IsTrue(v);
   return SK_OK;
+}
+
+static bool caps_field_known(const sk_op_def *def, const char *name) {
+  if (!strcmp(name, "arch")) return true;
+  for (size_t i = 0; i < def->num_caps_fields; i++)
+    if (!strcmp(def->caps_fields[i].name, name)) return true;
+  return false;
+}
+
+sk_status sk_op_caps_from_json(const sk_op_def *def, const cJSON *j, void *caps) {
+  if (!def->caps_fields) return sk_set_error(SK_ERR_MANIFEST, "%s takes no JSON caps", def->info.name);
+  if (!cJSON_IsObject(j)) return sk_set_error(SK_ERR_MANIFEST, "caps: expected an object");
+  const cJSON *c;
+  cJSON_ArrayForEach(c, j) {
+    if (!c->string || !caps_field_known(def, c->string))
+      return sk_set_error(SK_ERR_MANIFEST, "caps: unknown field \"%.64s\"", c->string ? c->string : "?");
+  }
+  for (size_t i = 0; i < def->num_caps_fields; i++) {
+    const sk_caps_field *f = &def->caps_fields[i];
+    char *at = (char *)caps + f->offset;
+    switch (f->type) {
+    case SK_CAPS_I64:
+      SK_TRY(json_int(j, f->name, f->lo, f->hi, f->required, (int64_t *)(void *)at));
+      break;
+    case SK_CAPS_I32: {
+      int64_t v = *(int *)(void *)at;
+      SK_TRY(json_int(j, f->name, f->lo, f->hi, f->required, &v));
+      *(int *)(void *)at = (int)v;
+      break;
+    }
+    case SK_CAPS_BOOL: SK_TRY(json_bool(j, f->name, (int *)(void *)at)); break;
+    case SK_CAPS_F32: SK_TRY(json_float(j, f->name, (float *)(void *)at)); break;
+    case SK_CAPS_ENUM: {
+      int idx = -1;
+      SK_TRY(json_enum(j, f->name, f->names, f->count, &idx));
+      if (idx >= 0) *(int *)(void *)at = f->values ? f->values[idx] : idx;
+      break;
+    }
+    }
+  }
+  return SK_OK;
+}
+
+cJSON *sk_op_caps_to_json(const sk_op_def *def, const void *caps) {
+  cJSON *j = cJSON_CreateObject();
+  for (size_t i = 0; j && i < def->num_caps_fields; i++) {
+    const sk_caps_field *f = &def->caps_fields[i];
+    const char *at = (const char *)caps + f->offset;
+    cJSON *v = NULL;
+    switch (f->type) {
+    case SK_CAPS_I64: v = cJSON_CreateNumber((double)*(const int64_t *)(const void *)at); break;
+    case SK_CAPS_I32: v = cJSON_CreateNumber(*(const int *)(const void *)at); break;
+    case SK_CAPS_BOOL: v = cJSON_CreateBool(*(const int *)(const void *)at); break;
+    case SK_CAPS_F32: v = cJSON_CreateNumber(*(const float *)(const void *)at); break;
+    case SK_CAPS_ENUM: {
+      const int x = *(const int *)(const void *)at;
+      for (int e = 0; e < f->count && !v; e++)
+        if ((f->values ? f->values[e] : e) == x) v = cJSON_CreateString(f->names[e]);
+      if (!v) v = cJSON_CreateNumber(x); /* not a value of the table: refused when read back */
+      break;
+    }
+    }
+    if (!v || !cJSON_AddItemToObject(j, f->name, v)) {
+      cJSON_Delete(v);
+      cJSON_Delete(j);
+      j = NULL;
+    }
+  }
+  return j;
 }

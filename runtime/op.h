@@ -197,6 +197,37 @@ sk_status sk_bind_error(const sk_binding *b, const char *fmt, ...) SK_PRINTF(2, 
 sk_status sk_binding_scratch_word(const sk_binding *b, const char *group, size_t offset, void *stream, const char *who,
                                   uint32_t *out);
 
+/* ---- caps fields: one table per op, one JSON codec --------------------------------------------- */
+
+typedef enum sk_caps_type { SK_CAPS_I64, SK_CAPS_I32, SK_CAPS_BOOL, SK_CAPS_F32, SK_CAPS_ENUM } sk_caps_type;
+typedef struct sk_caps_field {
+  const char *name;          /* the JSON field: the C member's name */
+  sk_caps_type type;
+  size_t offset;
+  int64_t lo, hi;            /* I64 / I32: the accepted whole numbers */
+  bool required;             /* I64 / I32: absent is an error (else the default stays) */
+  const char *const *names;  /* ENUM: the JSON names */
+  const int *values;         /* ENUM: the C value of names[i] (NULL: i) */
+  int count;                 /* ENUM: entries of names */
+} sk_caps_field;
+/* The member's offset, refusing to compile when its size is not `size` (the codec's store width). */
+#define SK_CAPS_AT_(T, f, size) (offsetof(T, f) + 0 * sizeof(char[sizeof(((T *)0)->f) == (size) ? 1 : -1]))
+#define SK_CAPS_INT64(T, f, lo, hi, req) {#f, SK_CAPS_I64, SK_CAPS_AT_(T, f, 8), lo, hi, req, NULL, NULL, 0}
+#define SK_CAPS_INT(T, f, lo, hi, req) {#f, SK_CAPS_I32, SK_CAPS_AT_(T, f, 4), lo, hi, req, NULL, NULL, 0}
+#define SK_CAPS_FLAG(T, f) {#f, SK_CAPS_BOOL, SK_CAPS_AT_(T, f, sizeof(int)), 0, 1, false, NULL, NULL, 0}
+#define SK_CAPS_FLOAT(T, f) {#f, SK_CAPS_F32, SK_CAPS_AT_(T, f, sizeof(float)), 0, 0, false, NULL, NULL, 0}
+/* names: an array (its length is taken); values: NULL or an array of as many C values. */
+#define SK_CAPS_ENUM(T, f, names_, values_)                                                        \
+  {#f, SK_CAPS_ENUM, SK_CAPS_AT_(T, f, sizeof(int)), 0, 0, false, names_, values_,                 \
+   (int)(sizeof(names_) / sizeof((names_)[0]))}
+
+/* JSON -> caps: `caps` holds the defaults (or the values so far); fields the object lacks keep
+ * them. Unknown fields, wrong types, fractions or out-of-range numbers for counts and sizes and
+ * unknown enum names are SK_ERR_MANIFEST naming the field; "arch" is accepted and left to the
+ * caller. caps -> JSON: every field of the table (NULL when out of memory). */
+sk_status sk_op_caps_from_json(const sk_op_def *def, const struct cJSON *j, void *caps);
+struct cJSON *sk_op_caps_to_json(const sk_op_def *def, const void *caps);
+
 /* ---- the op definition ---------------------------------------------------------------------- */
 
 struct sk_op_def {
@@ -212,10 +243,10 @@ struct sk_op_def {
   bool (*is_supported)(const char *arch);
   /* Validate and normalise a writable caps copy (arch already set); SK_ERR_INVALID_ARGUMENT. */
   sk_status (*check_caps)(void *caps);
-  /* caps <-> JSON (manifests, the warm-up record, sk_plan_create_json). from_json fills a copy
-   * of the defaults; unknown fields are errors (sk_json_check_fields). */
-  sk_status (*caps_from_json)(const struct cJSON *j, void *caps);
-  struct cJSON *(*caps_to_json)(const void *caps);
+  /* caps <-> JSON (manifests, the warm-up record, sk_plan_create_json, sk_plan_caps_json): the
+   * spine's codec over this table of the caps fields, in JSON order (sk_op_caps_from_json). */
+  const struct sk_caps_field *caps_fields;
+  size_t num_caps_fields;
   /* The selection, a pure function of (caps, props, overrides): kernel requests (by slot),
    * symbols, the plan's view of the tensor tables, scratch layout and the op's plan state.
    * Manifests run it with the table's props (no GPU); plans with the device's. */
@@ -234,11 +265,11 @@ struct sk_op_def {
   .caps_arch_offset = offsetof(type, arch)
 #define SK_OP_STATE(plan_type, binding_type)                                                       \
   .plan_state_size = sizeof(plan_type), .binding_state_size = sizeof(binding_type)
-/* The callbacks, with the caps JSON codecs under their conventional names caps_from_json and
- * caps_to_json (static in the op's file). finish may be NULL. */
+/* The caps field table (an array) and the callbacks; finish may be NULL. */
+#define SK_OP_FIELDS(table) .caps_fields = (table), .num_caps_fields = sizeof(table) / sizeof((table)[0])
 #define SK_OP_CALLBACKS(supported, check, select_, finish_, bind_, run_)                             \
-  .is_supported = (supported), .check_caps = (check), .caps_from_json = caps_from_json,            \
-  .caps_to_json = caps_to_json, .select = (select_), .finish = (finish_), .bind = (bind_), .run = (run_)
+  .is_supported = (supported), .check_caps = (check), .select = (select_), .finish = (finish_),    \
+  .bind = (bind_), .run = (run_)
 
 /* The registry (runtime/registry.c; the list is generated from ops/<group>/<op>.c). */
 const sk_op_def *sk_find_op(const char *name);
@@ -272,10 +303,5 @@ static inline int64_t sk_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* DLPack dtype of an sk_dtype (bf16, fp16, fp32) as an SK_DT_* bit. */
 static inline uint32_t sk_dt_of(sk_dtype d) { return d == SK_DTYPE_BF16 ? SK_DT_BF16 : d == SK_DTYPE_FP16 ? SK_DT_FP16 : SK_DT_FP32; }
 
-/* JSON caps helpers shared by the ops' caps_from_json (SK_ERR_MANIFEST messages name the field). */
-sk_status sk_json_int(const struct cJSON *j, const char *field, int64_t lo, int64_t hi, bool required, int64_t *out);
-sk_status sk_json_enum(const struct cJSON *j, const char *field, const char *const *names, int n, int *out);
-sk_status sk_json_float(const struct cJSON *j, const char *field, float *out);
-sk_status sk_json_bool(const struct cJSON *j, const char *field, int *out);
 
 #endif

@@ -8,7 +8,7 @@
  *    data pointer, another dtype, another rank, each fixed dim off by one, a misaligned pointer,
  *    non-contiguous strides; the wrong tensor count; a missing or short scratch;
  *  - refuse to run while unbound;
- *  - round-trip its caps through JSON (caps_to_json -> caps_from_json -> the same JSON);
+ *  - round-trip its caps through JSON (sk_op_caps_to_json -> sk_op_caps_from_json -> the same JSON);
  * and (sm_90a's plan) the case table's filler and reference run on the host: no input left all
  * zeros, no reference output all zeros, a tolerance for every output. */
 #include <cjson/cJSON.h>
@@ -163,7 +163,7 @@ static void caps_round_trip(const sk_plan *plan, const char *name) {
   cr_assert(j, "%s: caps JSON does not parse: %s", name, json);
   unsigned char caps[SKH_MAX_CAPS];
   memcpy(caps, def->caps_defaults, def->caps_size);
-  cr_assert_eq(def->caps_from_json(j, caps), SK_OK, "%s: %s: %s", name, json, sk_last_error_message());
+  cr_assert_eq(sk_op_caps_from_json(def, j, caps), SK_OK, "%s: %s: %s", name, json, sk_last_error_message());
   cJSON_Delete(j);
   const char *arch = plan->arch;
   memcpy(caps + def->caps_arch_offset, &arch, sizeof arch);

@@ -3,7 +3,6 @@
  * kernels' parameter block) and run (scheduler, attention, merge). Kernels and contracts:
  * attention/{schedule,attention,merge}.cuh, the shared math attention/layout.cuh;
  * ops/attention/attention.md. */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -403,108 +402,34 @@ static const sk_op_entry varlen_entries[] = {{"run", varlen_tensors, V_COUNT, va
 static const char *const dtype_names[] = {"bf16", "fp16"};
 static const char *const mode_names[] = {"decode", "extend"};
 
-static cJSON *paged_to_json(const void *caps) {
-  const sk_attn_paged_caps *c = caps;
-  cJSON *j = cJSON_CreateObject();
-  if (!j) return NULL;
-  cJSON_AddStringToObject(j, "dtype", dtype_names[c->dtype == SK_DTYPE_FP16]);
-  cJSON_AddBoolToObject(j, "kv_fp8", c->kv_fp8);
-  cJSON_AddNumberToObject(j, "num_heads_q", c->num_heads_q);
-  cJSON_AddNumberToObject(j, "num_heads_kv", c->num_heads_kv);
-  cJSON_AddNumberToObject(j, "head_dim_qk", c->head_dim_qk);
-  cJSON_AddNumberToObject(j, "head_dim_vo", c->head_dim_vo);
-  cJSON_AddNumberToObject(j, "page_size", c->page_size);
-  cJSON_AddStringToObject(j, "mode", mode_names[c->mode == SK_ATTN_EXTEND]);
-  cJSON_AddNumberToObject(j, "max_batch", (double)c->max_batch);
-  cJSON_AddNumberToObject(j, "max_total_q", (double)c->max_total_q);
-  cJSON_AddNumberToObject(j, "max_pages_per_seq", (double)c->max_pages_per_seq);
-  cJSON_AddNumberToObject(j, "window_left", c->window_left);
-  cJSON_AddNumberToObject(j, "sm_scale", c->sm_scale);
-  cJSON_AddBoolToObject(j, "split_kv", c->split_kv);
-  cJSON_AddNumberToObject(j, "max_work_items", (double)c->max_work_items);
-  cJSON_AddNumberToObject(j, "max_partial_rows", (double)c->max_partial_rows);
-  return j;
-}
 
-static sk_status paged_from_json(const cJSON *j, void *caps) {
-  sk_attn_paged_caps *c = caps;
-  static const char *const fields[] = {"dtype", "kv_fp8", "num_heads_q", "num_heads_kv", "head_dim_qk", "head_dim_vo",
-                                       "page_size", "mode", "max_batch", "max_total_q", "max_pages_per_seq", "window_left",
-                                       "sm_scale", "split_kv", "max_work_items", "max_partial_rows", "arch", NULL};
-  SK_TRY(sk_json_check_fields(j, "caps", fields));
-  int dt = c->dtype == SK_DTYPE_FP16, mode = c->mode == SK_ATTN_EXTEND;
-  int64_t hq = 0, hkv = 0, dqk = 0, dvo = 0, ps = c->page_size, wl = c->window_left;
-  SK_TRY(sk_json_enum(j, "dtype", dtype_names, 2, &dt));
-  SK_TRY(sk_json_bool(j, "kv_fp8", &c->kv_fp8));
-  SK_TRY(sk_json_int(j, "num_heads_q", 1, 4096, true, &hq));
-  SK_TRY(sk_json_int(j, "num_heads_kv", 1, 4096, true, &hkv));
-  SK_TRY(sk_json_int(j, "head_dim_qk", 1, 1024, true, &dqk));
-  SK_TRY(sk_json_int(j, "head_dim_vo", 1, 1024, true, &dvo));
-  SK_TRY(sk_json_int(j, "page_size", 1, 1024, false, &ps));
-  SK_TRY(sk_json_enum(j, "mode", mode_names, 2, &mode));
-  SK_TRY(sk_json_int(j, "max_batch", 1, 1 << 20, true, &c->max_batch));
-  SK_TRY(sk_json_int(j, "max_total_q", 0, 1 << 24, false, &c->max_total_q));
-  SK_TRY(sk_json_int(j, "max_pages_per_seq", 1, INT32_MAX, true, &c->max_pages_per_seq));
-  SK_TRY(sk_json_int(j, "window_left", -1, INT32_MAX, false, &wl));
-  SK_TRY(sk_json_float(j, "sm_scale", &c->sm_scale));
-  SK_TRY(sk_json_bool(j, "split_kv", &c->split_kv));
-  SK_TRY(sk_json_int(j, "max_work_items", 0, 1 << 26, false, &c->max_work_items));
-  SK_TRY(sk_json_int(j, "max_partial_rows", 0, 1 << 26, false, &c->max_partial_rows));
-  c->dtype = dt ? SK_DTYPE_FP16 : SK_DTYPE_BF16;
-  c->mode = mode ? SK_ATTN_EXTEND : SK_ATTN_DECODE;
-  c->num_heads_q = (int)hq, c->num_heads_kv = (int)hkv, c->head_dim_qk = (int)dqk, c->head_dim_vo = (int)dvo;
-  c->page_size = (int)ps, c->window_left = (int)wl;
-  return SK_OK;
-}
 
-static cJSON *varlen_to_json(const void *caps) {
-  const sk_attn_varlen_caps *c = caps;
-  cJSON *j = cJSON_CreateObject();
-  if (!j) return NULL;
-  cJSON_AddStringToObject(j, "dtype", dtype_names[c->dtype == SK_DTYPE_FP16]);
-  cJSON_AddNumberToObject(j, "num_heads_q", c->num_heads_q);
-  cJSON_AddNumberToObject(j, "num_heads_kv", c->num_heads_kv);
-  cJSON_AddNumberToObject(j, "head_dim_qk", c->head_dim_qk);
-  cJSON_AddNumberToObject(j, "head_dim_vo", c->head_dim_vo);
-  cJSON_AddNumberToObject(j, "window_left", c->window_left);
-  cJSON_AddNumberToObject(j, "window_right", c->window_right);
-  cJSON_AddNumberToObject(j, "sm_scale", c->sm_scale);
-  cJSON_AddNumberToObject(j, "max_batch", (double)c->max_batch);
-  cJSON_AddNumberToObject(j, "max_total_q", (double)c->max_total_q);
-  cJSON_AddNumberToObject(j, "max_total_k", (double)c->max_total_k);
-  cJSON_AddBoolToObject(j, "split_kv", c->split_kv);
-  cJSON_AddNumberToObject(j, "max_work_items", (double)c->max_work_items);
-  cJSON_AddNumberToObject(j, "max_partial_rows", (double)c->max_partial_rows);
-  return j;
-}
 
-static sk_status varlen_from_json(const cJSON *j, void *caps) {
-  sk_attn_varlen_caps *c = caps;
-  static const char *const fields[] = {"dtype", "num_heads_q", "num_heads_kv", "head_dim_qk", "head_dim_vo", "window_left",
-                                       "window_right", "sm_scale", "max_batch", "max_total_q", "max_total_k", "split_kv",
-                                       "max_work_items", "max_partial_rows", "arch", NULL};
-  SK_TRY(sk_json_check_fields(j, "caps", fields));
-  int dt = c->dtype == SK_DTYPE_FP16;
-  int64_t hq = 0, hkv = 0, dqk = 0, dvo = 0, wl = c->window_left, wr = c->window_right;
-  SK_TRY(sk_json_enum(j, "dtype", dtype_names, 2, &dt));
-  SK_TRY(sk_json_int(j, "num_heads_q", 1, 4096, true, &hq));
-  SK_TRY(sk_json_int(j, "num_heads_kv", 1, 4096, true, &hkv));
-  SK_TRY(sk_json_int(j, "head_dim_qk", 1, 1024, true, &dqk));
-  SK_TRY(sk_json_int(j, "head_dim_vo", 1, 1024, true, &dvo));
-  SK_TRY(sk_json_int(j, "window_left", -1, INT32_MAX, false, &wl));
-  SK_TRY(sk_json_int(j, "window_right", -1, INT32_MAX, false, &wr));
-  SK_TRY(sk_json_float(j, "sm_scale", &c->sm_scale));
-  SK_TRY(sk_json_int(j, "max_batch", 1, 1 << 20, true, &c->max_batch));
-  SK_TRY(sk_json_int(j, "max_total_q", 1, 1 << 24, true, &c->max_total_q));
-  SK_TRY(sk_json_int(j, "max_total_k", 0, INT32_MAX, false, &c->max_total_k));
-  SK_TRY(sk_json_bool(j, "split_kv", &c->split_kv));
-  SK_TRY(sk_json_int(j, "max_work_items", 0, 1 << 26, false, &c->max_work_items));
-  SK_TRY(sk_json_int(j, "max_partial_rows", 0, 1 << 26, false, &c->max_partial_rows));
-  c->dtype = dt ? SK_DTYPE_FP16 : SK_DTYPE_BF16;
-  c->num_heads_q = (int)hq, c->num_heads_kv = (int)hkv, c->head_dim_qk = (int)dqk, c->head_dim_vo = (int)dvo;
-  c->window_left = (int)wl, c->window_right = (int)wr;
-  return SK_OK;
-}
+#define PC sk_attn_paged_caps
+static const sk_caps_field paged_fields[] = {
+    SK_CAPS_ENUM(PC, dtype, dtype_names, NULL), SK_CAPS_FLAG(PC, kv_fp8),
+    SK_CAPS_INT(PC, num_heads_q, 1, 4096, true), SK_CAPS_INT(PC, num_heads_kv, 1, 4096, true),
+    SK_CAPS_INT(PC, head_dim_qk, 1, 1024, true), SK_CAPS_INT(PC, head_dim_vo, 1, 1024, true),
+    SK_CAPS_INT(PC, page_size, 1, 1024, false), SK_CAPS_ENUM(PC, mode, mode_names, NULL),
+    SK_CAPS_INT64(PC, max_batch, 1, 1 << 20, true), SK_CAPS_INT64(PC, max_total_q, 0, 1 << 24, false),
+    SK_CAPS_INT64(PC, max_pages_per_seq, 1, INT32_MAX, true), SK_CAPS_INT(PC, window_left, -1, INT32_MAX, false),
+    SK_CAPS_FLOAT(PC, sm_scale), SK_CAPS_FLAG(PC, split_kv),
+    SK_CAPS_INT64(PC, max_work_items, 0, 1 << 26, false), SK_CAPS_INT64(PC, max_partial_rows, 0, 1 << 26, false),
+};
+#undef PC
+#define VC sk_attn_varlen_caps
+static const sk_caps_field varlen_fields[] = {
+    SK_CAPS_ENUM(VC, dtype, dtype_names, NULL),
+    SK_CAPS_INT(VC, num_heads_q, 1, 4096, true), SK_CAPS_INT(VC, num_heads_kv, 1, 4096, true),
+    SK_CAPS_INT(VC, head_dim_qk, 1, 1024, true), SK_CAPS_INT(VC, head_dim_vo, 1, 1024, true),
+    SK_CAPS_INT(VC, window_left, -1, INT32_MAX, false), SK_CAPS_INT(VC, window_right, -1, INT32_MAX, false),
+    SK_CAPS_FLOAT(VC, sm_scale), SK_CAPS_INT64(VC, max_batch, 1, 1 << 20, true),
+    SK_CAPS_INT64(VC, max_total_q, 1, 1 << 24, true), SK_CAPS_INT64(VC, max_total_k, 0, INT32_MAX, false),
+    SK_CAPS_FLAG(VC, split_kv), SK_CAPS_INT64(VC, max_work_items, 0, 1 << 26, false),
+    SK_CAPS_INT64(VC, max_partial_rows, 0, 1 << 26, false),
+};
+#undef VC
+_Static_assert(SK_DTYPE_FP16 == 1 && SK_ATTN_EXTEND == 1, "enum values are the name indices");
 
 static const sk_attn_paged_caps paged_defaults = SK_ATTN_PAGED_CAPS_INIT;
 static const sk_attn_varlen_caps varlen_defaults = SK_ATTN_VARLEN_CAPS_INIT;
@@ -515,7 +440,7 @@ static const sk_attn_varlen_caps varlen_defaults = SK_ATTN_VARLEN_CAPS_INIT;
     .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                                   \
     SK_OP_CAPS(caps_type, kind##_defaults), SK_OP_STATE(attn_state, attn_bound), .num_kernels = K_COUNT,        \
     .entries = kind##_entries, .num_entries = 1, .is_supported = attn_supported, .check_caps = kind##_check,     \
-    .caps_from_json = kind##_from_json, .caps_to_json = kind##_to_json, .select = kind##_select, .finish = finish, \
+    SK_OP_FIELDS(kind##_fields), .select = kind##_select, .finish = finish,                                       \
     .bind = kind##_bind, .run = run,                                                                           \
   }
 

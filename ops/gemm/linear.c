@@ -3,7 +3,6 @@
  * gemm.block_fp8_linear (BF16 x re-quantized to 1x128 E4M3 blocks, DeepSeek-V3). Each resolves
  * one GEMM configuration per range of M (select.c) and, where x is quantized in the op, the
  * activation quantizer. */
-#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -177,29 +176,13 @@ static sk_status mxfp8_bind(sk_binding *b) { return bind_common(b, b->data[1], b
 static sk_status tensor_fp8_bind(sk_binding *b) { return bind_common(b, b->data[1], NULL, b->data[2], b->data[3]); }
 static sk_status block_fp8_bind(sk_binding *b) { return bind_common(b, b->data[1], b->data[2], NULL, b->data[3]); }
 
-static cJSON *caps_to_json(const void *caps) {
-  const sk_gemm_linear_caps *c = caps;
-  cJSON *j = cJSON_CreateObject();
-  if (!j) return NULL;
-  cJSON_AddNumberToObject(j, "n", (double)c->n);
-  cJSON_AddNumberToObject(j, "k", (double)c->k);
-  cJSON_AddNumberToObject(j, "max_m", (double)c->max_m);
-  cJSON_AddStringToObject(j, "out", gemm_out_names[c->out]);
-  return j;
-}
 
-static sk_status caps_from_json(const cJSON *j, void *caps) {
-  sk_gemm_linear_caps *c = caps;
-  static const char *const fields[] = {"n", "k", "max_m", "out", "arch", NULL};
-  SK_TRY(sk_json_check_fields(j, "caps", fields));
-  int o = (int)c->out;
-  SK_TRY(sk_json_int(j, "n", 1, INT32_MAX, true, &c->n));
-  SK_TRY(sk_json_int(j, "k", 128, (int64_t)1 << 30, true, &c->k));
-  SK_TRY(sk_json_int(j, "max_m", 1, INT32_MAX, true, &c->max_m));
-  SK_TRY(sk_json_enum(j, "out", gemm_out_names, 3, &o));
-  c->out = (sk_dtype)o;
-  return SK_OK;
-}
+static const sk_caps_field caps_fields[] = {
+    SK_CAPS_INT64(sk_gemm_linear_caps, n, 1, INT32_MAX, true),
+    SK_CAPS_INT64(sk_gemm_linear_caps, k, 128, (int64_t)1 << 30, true),
+    SK_CAPS_INT64(sk_gemm_linear_caps, max_m, 1, INT32_MAX, true),
+    SK_CAPS_ENUM(sk_gemm_linear_caps, out, gemm_out_names, NULL),
+};
 
 static const sk_gemm_linear_caps caps_defaults = SK_GEMM_LINEAR_CAPS_INIT;
 
@@ -208,7 +191,7 @@ static const sk_gemm_linear_caps caps_defaults = SK_GEMM_LINEAR_CAPS_INIT;
     .info = {op_names_literal_##kind_, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                     \
     SK_OP_CAPS(sk_gemm_linear_caps, caps_defaults), SK_OP_STATE(linear_state, linear_bound),                        \
     .num_kernels = GEMM_MAX_REGIMES + 1, .entries = entries_, .num_entries = 1, .is_supported = linear_supported,    \
-    .check_caps = check_, .caps_from_json = caps_from_json, .caps_to_json = caps_to_json, .select = select_,         \
+    .check_caps = check_, SK_OP_FIELDS(caps_fields), .select = select_,         \
     .finish = finish, .bind = bind_, .run = run_common,                                                             \
   }
 #define op_names_literal_L_MXFP8 "gemm.mxfp8_linear"

@@ -1,7 +1,6 @@
 /* ops/gemm/mm.c - gemm.blockscaled: caps, selection (one configuration per range of M), tensor
  * table, bind, run; and the one-shot convenience sk_gemm_mm over a cache of its plans. The
  * configuration itself: select.c. */
-#include <cjson/cJSON.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -132,32 +131,14 @@ static sk_status run(const sk_binding *b, void *stream) {
   return gemm_launch_tiled(k, cfg, &g->args, g->grid_y, stream);
 }
 
-static cJSON *caps_to_json(const void *caps) {
-  const sk_gemm_caps *c = caps;
-  cJSON *j = cJSON_CreateObject();
-  if (!j) return NULL;
-  cJSON_AddStringToObject(j, "recipe", gemm_recipe_names[c->recipe]);
-  cJSON_AddStringToObject(j, "out", gemm_out_names[c->out]);
-  cJSON_AddNumberToObject(j, "n", (double)c->n);
-  cJSON_AddNumberToObject(j, "k", (double)c->k);
-  cJSON_AddNumberToObject(j, "max_m", (double)c->max_m);
-  return j;
-}
 
-static sk_status caps_from_json(const cJSON *j, void *caps) {
-  sk_gemm_caps *c = caps;
-  static const char *const fields[] = {"recipe", "out", "n", "k", "max_m", "arch", NULL};
-  SK_TRY(sk_json_check_fields(j, "caps", fields));
-  int r = (int)c->recipe, o = (int)c->out;
-  SK_TRY(sk_json_enum(j, "recipe", gemm_recipe_names, 5, &r));
-  SK_TRY(sk_json_enum(j, "out", gemm_out_names, 3, &o));
-  SK_TRY(sk_json_int(j, "n", 1, INT32_MAX, true, &c->n));
-  SK_TRY(sk_json_int(j, "k", 128, (int64_t)1 << 30, true, &c->k));
-  SK_TRY(sk_json_int(j, "max_m", 1, INT32_MAX, true, &c->max_m));
-  c->recipe = (sk_gemm_recipe)r;
-  c->out = (sk_dtype)o;
-  return SK_OK;
-}
+static const sk_caps_field caps_fields[] = {
+    SK_CAPS_ENUM(sk_gemm_caps, recipe, gemm_recipe_names, NULL),
+    SK_CAPS_ENUM(sk_gemm_caps, out, gemm_out_names, NULL),
+    SK_CAPS_INT64(sk_gemm_caps, n, 1, INT32_MAX, true),
+    SK_CAPS_INT64(sk_gemm_caps, k, 128, (int64_t)1 << 30, true),
+    SK_CAPS_INT64(sk_gemm_caps, max_m, 1, INT32_MAX, true),
+};
 
 static const sk_gemm_caps caps_defaults = SK_GEMM_CAPS_INIT;
 
@@ -169,6 +150,7 @@ const sk_op_def sk_op_gemm_blockscaled = {
     .num_kernels = GEMM_MAX_REGIMES,
     .entries = entries,
     .num_entries = 1,
+    SK_OP_FIELDS(caps_fields),
     SK_OP_CALLBACKS(gemm_supported, check_caps, select_kernels, finish, bind, run),
 };
 

@@ -2,7 +2,6 @@
  * both regimes and the scratch layout, ops/moe/plan.cuh), tensor table, bind (the kernels'
  * parameter block and the launch sequence for M), run. Kernels and contracts: the ops/moe kernel headers;
  * ops/moe/moe.md. */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -269,57 +268,25 @@ static const char *const weight_names[] = {"nvfp4", "mxfp4"};
 static const char *const act_names[] = {"silu", "relu2", "swiglu_oai"};
 static const char *const routing_names[] = {"given", "topk", "topk_renorm", "softmax_topk"};
 
-static cJSON *caps_to_json(const void *caps) {
-  const sk_moe_caps *c = caps;
-  cJSON *j = cJSON_CreateObject();
-  if (!j) return NULL;
-  cJSON_AddStringToObject(j, "recipe", recipe_names[c->recipe]);
-  cJSON_AddStringToObject(j, "weights", weight_names[c->weights]);
-  cJSON_AddStringToObject(j, "activation", act_names[c->activation]);
-  cJSON_AddNumberToObject(j, "num_experts", (double)c->num_experts);
-  cJSON_AddNumberToObject(j, "num_global_experts", (double)c->num_global_experts);
-  cJSON_AddNumberToObject(j, "hidden", (double)c->hidden);
-  cJSON_AddNumberToObject(j, "intermediate", (double)c->intermediate);
-  cJSON_AddNumberToObject(j, "topk", c->topk);
-  cJSON_AddNumberToObject(j, "max_tokens", (double)c->max_tokens);
-  cJSON_AddBoolToObject(j, "ids_int64", c->ids_int64);
-  cJSON_AddStringToObject(j, "routing", routing_names[c->routing]);
-  cJSON_AddBoolToObject(j, "apply_router_weight_on_input", c->apply_router_weight_on_input);
-  cJSON_AddBoolToObject(j, "deterministic", c->deterministic);
-  cJSON_AddNumberToObject(j, "limit", c->limit);
-  cJSON_AddNumberToObject(j, "alpha", c->alpha);
-  cJSON_AddNumberToObject(j, "beta", c->beta);
-  return j;
-}
 
-static sk_status caps_from_json(const cJSON *j, void *caps) {
-  sk_moe_caps *c = caps;
-  static const char *const fields[] = {"recipe", "weights", "activation", "num_experts", "num_global_experts", "hidden",
-                                       "intermediate", "topk", "max_tokens", "ids_int64", "routing",
-                                       "apply_router_weight_on_input", "deterministic", "limit", "alpha", "beta", "arch", NULL};
-  SK_TRY(sk_json_check_fields(j, "caps", fields));
-  int r = (int)c->recipe, w = (int)c->weights, a = (int)c->activation, rt = (int)c->routing;
-  int64_t topk = 0;
-  SK_TRY(sk_json_enum(j, "recipe", recipe_names, 2, &r));
-  SK_TRY(sk_json_enum(j, "weights", weight_names, 2, &w));
-  SK_TRY(sk_json_enum(j, "activation", act_names, 3, &a));
-  SK_TRY(sk_json_int(j, "num_experts", 1, SK_MOE_MAX_EXPERTS, true, &c->num_experts));
-  SK_TRY(sk_json_int(j, "num_global_experts", 0, SK_MOE_MAX_EXPERTS, false, &c->num_global_experts));
-  SK_TRY(sk_json_int(j, "hidden", 1, 1 << 20, true, &c->hidden));
-  SK_TRY(sk_json_int(j, "intermediate", 1, 1 << 20, true, &c->intermediate));
-  SK_TRY(sk_json_int(j, "topk", 1, SK_MOE_MAX_TOPK, true, &topk));
-  SK_TRY(sk_json_int(j, "max_tokens", 1, 1 << 24, true, &c->max_tokens));
-  SK_TRY(sk_json_bool(j, "ids_int64", &c->ids_int64));
-  SK_TRY(sk_json_enum(j, "routing", routing_names, 4, &rt));
-  SK_TRY(sk_json_bool(j, "apply_router_weight_on_input", &c->apply_router_weight_on_input));
-  SK_TRY(sk_json_bool(j, "deterministic", &c->deterministic));
-  SK_TRY(sk_json_float(j, "limit", &c->limit));
-  SK_TRY(sk_json_float(j, "alpha", &c->alpha));
-  SK_TRY(sk_json_float(j, "beta", &c->beta));
-  c->recipe = (sk_moe_recipe)r, c->weights = (sk_moe_weight_format)w, c->activation = (sk_moe_activation)a;
-  c->routing = (sk_moe_routing)rt, c->topk = (int)topk;
-  return SK_OK;
-}
+static const sk_caps_field caps_fields[] = {
+    SK_CAPS_ENUM(sk_moe_caps, recipe, recipe_names, NULL),
+    SK_CAPS_ENUM(sk_moe_caps, weights, weight_names, NULL),
+    SK_CAPS_ENUM(sk_moe_caps, activation, act_names, NULL),
+    SK_CAPS_INT64(sk_moe_caps, num_experts, 1, SK_MOE_MAX_EXPERTS, true),
+    SK_CAPS_INT64(sk_moe_caps, num_global_experts, 0, SK_MOE_MAX_EXPERTS, false),
+    SK_CAPS_INT64(sk_moe_caps, hidden, 1, 1 << 20, true),
+    SK_CAPS_INT64(sk_moe_caps, intermediate, 1, 1 << 20, true),
+    SK_CAPS_INT(sk_moe_caps, topk, 1, SK_MOE_MAX_TOPK, true),
+    SK_CAPS_INT64(sk_moe_caps, max_tokens, 1, 1 << 24, true),
+    SK_CAPS_FLAG(sk_moe_caps, ids_int64),
+    SK_CAPS_ENUM(sk_moe_caps, routing, routing_names, NULL),
+    SK_CAPS_FLAG(sk_moe_caps, apply_router_weight_on_input),
+    SK_CAPS_FLAG(sk_moe_caps, deterministic),
+    SK_CAPS_FLOAT(sk_moe_caps, limit),
+    SK_CAPS_FLOAT(sk_moe_caps, alpha),
+    SK_CAPS_FLOAT(sk_moe_caps, beta),
+};
 
 static const sk_moe_caps caps_defaults = SK_MOE_CAPS_INIT;
 
@@ -327,7 +294,7 @@ static const sk_moe_caps caps_defaults = SK_MOE_CAPS_INIT;
   {                                                                                                                  \
     .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"}, SK_OP_CAPS(sk_moe_caps, caps_defaults),  \
     SK_OP_STATE(moe_state, moe_bound), .num_kernels = MAX_SLOTS, .entries = entries, .num_entries = 1,                \
-    .is_supported = moe_supported, .check_caps = check_, .caps_from_json = caps_from_json, .caps_to_json = caps_to_json, \
+    .is_supported = moe_supported, .check_caps = check_, SK_OP_FIELDS(caps_fields),                                \
     .select = select_, .finish = finish, .bind = bind, .run = run,                                                   \
   }
 

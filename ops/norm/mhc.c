@@ -1,7 +1,6 @@
 /* ops/norm/mhc.c - norm.mhc host side: caps, selection (per-arch tuning), tensor tables of the
  * three entries, bind (launch geometry), run, definition. Kernels and launch contract:
  * ops/norm/mhc.cuh. */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,41 +470,17 @@ static sk_status run(const sk_binding *b, void *stream) {
 
 /* ---- caps JSON and the definition -------------------------------------------------------------- */
 
-static cJSON *caps_to_json(const void *caps) {
-  const sk_mhc_caps *c = caps;
-  static const char *const nw[] = {"none", "bf16", "fp32"};
-  cJSON *j = cJSON_CreateObject();
-  if (!j) return NULL;
-  cJSON_AddNumberToObject(j, "hidden", (double)c->hidden);
-  cJSON_AddNumberToObject(j, "max_tokens", (double)c->max_tokens);
-  cJSON_AddStringToObject(j, "norm_weight", nw[c->norm_weight]);
-  cJSON_AddNumberToObject(j, "sinkhorn_iters", c->sinkhorn_iters);
-  cJSON_AddNumberToObject(j, "rms_eps", c->rms_eps);
-  cJSON_AddNumberToObject(j, "hc_eps", c->hc_eps);
-  cJSON_AddNumberToObject(j, "norm_eps", c->norm_eps);
-  return j;
-}
 
-static sk_status caps_from_json(const cJSON *j, void *caps) {
-  sk_mhc_caps *c = caps;
-  static const char *const fields[] = {"hidden", "max_tokens", "norm_weight", "sinkhorn_iters", "rms_eps", "hc_eps",
-                                       "norm_eps", "arch", NULL};
-  SK_TRY(sk_json_check_fields(j, "caps", fields));
-  static const char *const nw[] = {"none", "bf16", "fp32"};
-  int w = (int)c->norm_weight;
-  int64_t iters = c->sinkhorn_iters;
-  c->max_tokens = 1;
-  SK_TRY(sk_json_int(j, "hidden", 256, MAX_HIDDEN, true, &c->hidden));
-  SK_TRY(sk_json_int(j, "max_tokens", 1, ((int64_t)1 << 31) - 1, false, &c->max_tokens));
-  SK_TRY(sk_json_enum(j, "norm_weight", nw, 3, &w));
-  SK_TRY(sk_json_int(j, "sinkhorn_iters", 1, 1000, false, &iters));
-  SK_TRY(sk_json_float(j, "rms_eps", &c->rms_eps));
-  SK_TRY(sk_json_float(j, "hc_eps", &c->hc_eps));
-  SK_TRY(sk_json_float(j, "norm_eps", &c->norm_eps));
-  c->norm_weight = (sk_mhc_norm_weight)w;
-  c->sinkhorn_iters = (int)iters;
-  return SK_OK;
-}
+static const char *const norm_weight_names[] = {"none", "bf16", "fp32"};
+static const sk_caps_field caps_fields[] = {
+    SK_CAPS_INT64(sk_mhc_caps, hidden, 256, MAX_HIDDEN, true),
+    SK_CAPS_INT64(sk_mhc_caps, max_tokens, 1, ((int64_t)1 << 31) - 1, false),
+    SK_CAPS_ENUM(sk_mhc_caps, norm_weight, norm_weight_names, NULL),
+    SK_CAPS_INT(sk_mhc_caps, sinkhorn_iters, 1, 1000, false),
+    SK_CAPS_FLOAT(sk_mhc_caps, rms_eps),
+    SK_CAPS_FLOAT(sk_mhc_caps, hc_eps),
+    SK_CAPS_FLOAT(sk_mhc_caps, norm_eps),
+};
 
 static const sk_mhc_caps caps_defaults = SK_MHC_CAPS_INIT;
 
@@ -517,5 +492,6 @@ const sk_op_def sk_op_norm_mhc = {
     .num_kernels = K_COUNT,
     .entries = entries,
     .num_entries = 3,
+    SK_OP_FIELDS(caps_fields),
     SK_OP_CALLBACKS(mhc_supported, check_caps, select_kernels, finish, bind, run),
 };

@@ -1,5 +1,4 @@
 /* ops/quantization/quant_common.c - host code the two row quantizers share (quant_common.h). */
-#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,42 +111,21 @@ sk_status quant_bind(sk_binding *b) {
   return SK_OK;
 }
 
-cJSON *quant_caps_to_json(const void *caps) {
-  const sk_quant_caps *c = caps;
-  static const char *const layouts[] = {"", "swizzled", "row_major", "both"};
-  static const char *const paths[] = {"auto", "portable", "sm120"};
-  cJSON *j = cJSON_CreateObject();
-  if (!j) return NULL;
-  cJSON_AddStringToObject(j, "dtype", c->dtype == SK_DTYPE_BF16 ? "bf16" : "fp16");
-  cJSON_AddNumberToObject(j, "k", (double)c->k);
-  cJSON_AddNumberToObject(j, "max_m", (double)c->max_m);
-  cJSON_AddStringToObject(j, "scales", layouts[c->scales]);
-  cJSON_AddStringToObject(j, "global_scale", c->global_scale == SK_GLOBAL_SCALE_GIVEN ? "given" : "computed");
-  cJSON_AddStringToObject(j, "path", paths[c->path]);
-  return j;
-}
 
-sk_status quant_caps_from_json(const cJSON *j, void *caps) {
-  sk_quant_caps *c = caps;
-  static const char *const allowed[] = {"dtype", "k", "max_m", "scales", "global_scale", "path", "arch", NULL};
-  SK_TRY(sk_json_check_fields(j, "caps", allowed));
-  static const char *const dtypes[] = {"bf16", "fp16"};
-  static const char *const layouts[] = {NULL, "swizzled", "row_major", "both"};
-  static const char *const gs[] = {"given", "computed"};
-  static const char *const paths[] = {"auto", "portable", "sm120"};
-  int dt = (int)c->dtype, lay = (int)c->scales, g = (int)c->global_scale, path = (int)c->path;
-  SK_TRY(sk_json_enum(j, "dtype", dtypes, 2, &dt));
-  SK_TRY(sk_json_int(j, "k", 16, (int64_t)1 << 30, true, &c->k));
-  SK_TRY(sk_json_int(j, "max_m", 1, (int64_t)1 << 34, true, &c->max_m));
-  SK_TRY(sk_json_enum(j, "scales", layouts, 4, &lay));
-  SK_TRY(sk_json_enum(j, "global_scale", gs, 2, &g));
-  SK_TRY(sk_json_enum(j, "path", paths, 3, &path));
-  c->dtype = dt ? SK_DTYPE_FP16 : SK_DTYPE_BF16;
-  c->scales = (sk_scale_layout)lay;
-  c->global_scale = (sk_global_scale_mode)g;
-  c->path = (sk_path)path;
-  return SK_OK;
-}
+static const char *const dtype_names[] = {"bf16", "fp16"};
+static const char *const layout_names[] = {"swizzled", "row_major", "both"};
+static const int layout_values[] = {SK_SCALES_SWIZZLED, SK_SCALES_ROW_MAJOR, SK_SCALES_BOTH};
+static const char *const gs_names[] = {"given", "computed"};
+static const char *const path_names[] = {"auto", "portable", "sm120"};
+_Static_assert(SK_DTYPE_FP16 == 1 && SK_GLOBAL_SCALE_COMPUTED == 1 && SK_PATH_SM120 == 2, "enum values are the name indices");
+const sk_caps_field quant_caps_fields[QUANT_CAPS_FIELDS] = {
+    SK_CAPS_ENUM(sk_quant_caps, dtype, dtype_names, NULL),
+    SK_CAPS_INT64(sk_quant_caps, k, 16, (int64_t)1 << 30, true),
+    SK_CAPS_INT64(sk_quant_caps, max_m, 1, (int64_t)1 << 34, true),
+    SK_CAPS_ENUM(sk_quant_caps, scales, layout_names, layout_values),
+    SK_CAPS_ENUM(sk_quant_caps, global_scale, gs_names, NULL),
+    SK_CAPS_ENUM(sk_quant_caps, path, path_names, NULL),
+};
 
 _Static_assert(QUANT_THREADS == SK_QSPLIT_THREADS && QUANT_CHUNKS_PER_STEP == SK_QSPLIT_PER_STEP,
                "the host grid and the kernels' split agree");

@@ -40,8 +40,8 @@ typedef struct quant_bound {
 extern const sk_quant_caps quant_caps_defaults;
 bool quant_is_supported(const char *arch);
 sk_status quant_check_caps(quant_kind kind, sk_quant_caps *caps);
-sk_status quant_caps_from_json(const struct cJSON *j, void *caps);
-struct cJSON *quant_caps_to_json(const void *caps);
+#define QUANT_CAPS_FIELDS 6
+extern const sk_caps_field quant_caps_fields[QUANT_CAPS_FIELDS]; /* both quantizers' caps JSON */
 sk_status quant_select(quant_kind kind, sk_plan *p);
 sk_status quant_bind(sk_binding *b);
 
@@ -58,7 +58,7 @@ sk_dim3 quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, 
     .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                       \
     SK_OP_CAPS(sk_quant_caps, quant_caps_defaults), SK_OP_STATE(quant_plan_state, quant_bound),     \
     .num_kernels = QK_COUNT, .entries = entries_, .num_entries = 1, .is_supported = quant_is_supported, \
-    .check_caps = check_, .caps_from_json = quant_caps_from_json, .caps_to_json = quant_caps_to_json, \
+    .check_caps = check_, SK_OP_FIELDS(quant_caps_fields),                                         \
     .select = select_, .bind = quant_bind, .run = run_,                                             \
   }
 
