@@ -21,6 +21,13 @@ _Static_assert(SK_MOE_ROUTES_TOPK - 1 == SK_MOE_TOPK_RAW && SK_MOE_ROUTES_TOPK_R
 #define MAX_SLOTS 10
 enum { T_X, T_IDS, T_WEIGHTS, T_LOGITS, T_W1C, T_W1S, T_W2C, T_W2S, T_W1GS, T_W2GS, T_A1GS, T_A2GS, T_MAP, T_OUT, T_COUNT };
 
+/* One launch of a run, resolved to its kernel slot at plan time. */
+typedef struct moe_launch {
+  int slot;
+  sk_dim3 grid;
+  unsigned block, smem;
+} moe_launch;
+
 typedef struct moe_state {
   int ep;
   sk_moe_dims dims;
@@ -30,14 +37,15 @@ typedef struct moe_state {
   char names[MAX_SLOTS][96]; /* the kernel of each slot (the launch sequences name them) */
   unsigned smem[MAX_SLOTS];
   int slots, topk_slot;
+  moe_launch seq[2][8];      /* per regime (SK_MOE_REGIME_*): micro for any m <= 8, grouped for
+                                max_tokens (bind sets the combine's grid for M) */
+  int nseq[2];
 } moe_state;
 
 typedef struct moe_bound {
   sk_moe_params p;
   int n;                       /* launches */
-  int slot[8];
-  sk_dim3 grid[8];
-  unsigned block[8], smem[8];
+  moe_launch launch[8];
   unsigned topk_grid;          /* route_topk's CTAs (routing) */
 } moe_bound;
 
@@ -108,7 +116,9 @@ static sk_status add_sequence(sk_plan *p, moe_state *st, long long m, int regime
       return sk_set_error(SK_ERR_UNSUPPORTED, "%s: %s needs %u bytes of shared memory, more than %s allows",
                           p->def->info.name, seq[i].name, seq[i].smem, p->arch);
     SK_TRY(sk_plan_set_kernel(p, (size_t)slot, seq[i].source, seq[i].name, seq[i].name));
+    st->seq[regime][i] = (moe_launch){slot, {seq[i].grid[0], seq[i].grid[1], seq[i].grid[2]}, seq[i].block, seq[i].smem};
   }
+  st->nseq[regime] = n;
   return SK_OK;
 }
 
@@ -175,17 +185,9 @@ static sk_status bind(sk_binding *b) {
   moe_bound *g = SK_BINDING_STATE(b, moe_bound);
   const long long m = sk_binding_get_symbol(b, "M");
   const int regime = sk_moe_regime(m);
-  sk_moe_launch seq[8];
-  g->n = sk_moe_launch_sequence(&st->dims, &st->s, m, regime, seq);
-  if (g->n < 0) return sk_bind_error(b, "no launch sequence for M = %lld", m);
-  for (int i = 0; i < g->n; i++) {
-    g->slot[i] = slot_of(st, seq[i].name, seq[i].smem); /* every name was added at plan time */
-    if (g->slot[i] < 0 || !b->plan->requests[g->slot[i]].name)
-      return sk_set_error(SK_ERR_INTERNAL, "%s: kernel %s not in the plan", b->plan->def->info.name, seq[i].name);
-    g->grid[i] = (sk_dim3){seq[i].grid[0], seq[i].grid[1], seq[i].grid[2]};
-    g->block[i] = seq[i].block;
-    g->smem[i] = seq[i].smem;
-  }
+  g->n = st->nseq[regime];
+  memcpy(g->launch, st->seq[regime], sizeof g->launch);
+  if (regime == SK_MOE_REGIME_GROUPED) g->launch[g->n - 1].grid.x = (unsigned)sk_moe_combine_ctas(m, (int)c->hidden);
   g->topk_grid = (unsigned)sk_moe_cdiv(m, SK_MOE_TOPK_WARPS);
   sk_moe_params *p = &g->p;
   memset(p, 0, sizeof *p);
@@ -228,9 +230,11 @@ static sk_status run(const sk_binding *b, void *stream) {
   if (st->topk_slot >= 0)
     SK_TRY(sk_kernel_launch_ex(sk_plan_k(b->plan, (size_t)st->topk_slot), (sk_dim3){g->topk_grid, 1, 1},
                                (sk_dim3){32 * SK_MOE_TOPK_WARPS, 1, 1}, 0, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
-  for (int i = 0; i < g->n; i++)
-    SK_TRY(sk_kernel_launch_ex(sk_plan_k(b->plan, (size_t)g->slot[i]), g->grid[i], (sk_dim3){g->block[i], 1, 1}, g->smem[i],
-                               stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
+  for (int i = 0; i < g->n; i++) {
+    const moe_launch *l = &g->launch[i];
+    SK_TRY(sk_kernel_launch_ex(sk_plan_k(b->plan, (size_t)l->slot), l->grid, (sk_dim3){l->block, 1, 1}, l->smem, stream, args,
+                               SK_LAUNCH_OVERLAP_PREVIOUS));
+  }
   return SK_OK;
 }
 

@@ -321,6 +321,9 @@ typedef struct sk_moe_params {
   int combine;                    // grouped: SK_MOE_COMBINE_* (must match the layout's)
 } sk_moe_params;
 
+// CTAs of the grouped regime's combine for m tokens (the one launch whose grid depends on m).
+SK_MOE_FN long long sk_moe_combine_ctas(long long m, int k) { return sk_moe_cdiv(m * k / 8, 256); }
+
 // ---- launch sequence (host C only) -----------------------------------------------------------
 #if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
 #include <stdio.h>
@@ -378,7 +381,7 @@ static inline int sk_moe_launch_sequence(const sk_moe_dims* d, const sk_moe_scra
                phase, d->recipe, d->wfmt, act, bm, wm, wn, mode);
     }
   }
-  SK_MOE_L("moe/grouped.cuh", sk_moe_cdiv(m * d->k / 8, 256), 1, 256, 0, "sk::moe::combine");
+  SK_MOE_L("moe/grouped.cuh", sk_moe_combine_ctas(m, d->k), 1, 256, 0, "sk::moe::combine");
 #undef SK_MOE_L
   return n;
 }
