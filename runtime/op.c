@@ -864,13 +864,21 @@ static sk_status check_dims(sk_binding *b, size_t i, const DLTensor *t, const di
                           (long long)t->shape[d]);
     }
   }
-  if (!r->strided && t->strides) {
-    int64_t expect = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-      if (t->shape[d] != 1 && t->strides[d] != expect)
-        return tensor_error(b, r, "must be contiguous row-major: dim %d has stride %lld, expected %lld", d,
-                            (long long)t->strides[d], (long long)expect);
-      expect *= t->shape[d];
+  if (r->strided != SK_STRIDES_ANY && t->strides) {
+    const int free_dims = r->strided < t->ndim ? r->strided : t->ndim;
+    int64_t inner = 1; /* the extent of the dims inside dim d */
+    for (int d = t->ndim - 1; d >= free_dims; d--) {
+      if (t->shape[d] != 1 && t->strides[d] != inner)
+        return tensor_error(b, r, "must be contiguous row-major%s: dim %d has stride %lld, expected %lld",
+                            free_dims ? " inside its strided dims" : "", d, (long long)t->strides[d], (long long)inner);
+      inner *= t->shape[d];
+    }
+    for (int d = free_dims - 1; d >= 0; d--) {
+      if (t->shape[d] == 1) continue;
+      if (t->strides[d] < inner)
+        return tensor_error(b, r, "dim %d has stride %lld: its entries would overlap (at least %lld)", d,
+                            (long long)t->strides[d], (long long)inner);
+      inner = t->strides[d] * t->shape[d];
     }
   }
   char *ptr = (char *)t->data + t->byte_offset;

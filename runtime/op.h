@@ -71,6 +71,7 @@ enum {
 /* One row of an entry's table. `shape`: "[d0, d1, ...]" where each dim is "*" (any extent) or an
  * integer expression over symbols (+ - * / %, parentheses, cdiv(a,b), pad(a,b) = cdiv(a,b)*b,
  * min, max); a dim that is a bare free symbol of the entry binds it. */
+#define SK_STRIDES_ANY (-1)
 typedef struct sk_tensor_rule {
   const char *name;
   const char *shape;
@@ -79,7 +80,9 @@ typedef struct sk_tensor_rule {
   sk_tensor_presence presence;   /* the default; a plan may change it (sk_plan_tensor_presence) */
   unsigned align;                /* bytes */
   int dtype_like;                /* index of a tensor whose dtype this one must have + 1; 0: none */
-  int strided;                   /* 1: any strides (the op's bind checks them), else row-major */
+  int strided;                   /* 0: row-major; k > 0: the first k dims free but not overlapping
+                                    (each stride at least the extent of the dims inside it), the
+                                    rest row-major; SK_STRIDES_ANY: the op's bind checks them */
   const char *doc;
 } sk_tensor_rule;
 

@@ -6,7 +6,8 @@
  *  - refuse every generic bad argument with SK_ERR_INVALID_ARGUMENT and a message naming the
  *    tensor: NULL for a required tensor, a tensor the plan does not take, host memory, a NULL
  *    data pointer, another dtype, another rank, each fixed dim off by one, a misaligned pointer,
- *    non-contiguous strides; the wrong tensor count; a missing or short scratch;
+ *    strides the row's rule refuses (non-contiguous, overlapping) while a padded free dim binds;
+ *    the wrong tensor count; a missing or short scratch;
  *  - refuse to run while unbound;
  *  - round-trip its caps through JSON (sk_op_caps_to_json -> sk_op_caps_from_json -> the same JSON);
  * and (sm_90a's plan) the case table's filler and reference run on the host: no input left all
@@ -110,7 +111,7 @@ static void check_refusals(const sk_plan *plan, sk_binding *b, bound_case *bc, c
     int64_t dims[SKH_MAX_DIMS];
     int nd = 0;
     cr_assert_eq(sk_shape_dims(info.shape, syms, nsyms, dims, SKH_MAX_DIMS, &nd), SK_OK, "%s", info.shape);
-    for (int d = 0; d < saved.ndim && !info.strided; d++) {
+    for (int d = 0; d < saved.ndim; d++) {
       if (dims[d] < 0) continue;
       memcpy(shape, saved.shape, sizeof(int64_t) * (size_t)saved.ndim);
       shape[d] += 1;
@@ -125,16 +126,30 @@ static void check_refusals(const sk_plan *plan, sk_binding *b, bound_case *bc, c
       expect_refusal(b, bc, info.name, "a misaligned pointer", name);
       bc->dl[i] = saved;
     }
-    if (!info.strided && saved.ndim >= 2 && saved.shape[saved.ndim - 1] > 1 && saved.shape[saved.ndim - 2] > 1) {
-      int64_t strides[SKH_MAX_DIMS];
-      int64_t st = 1;
+    if (info.strided >= 0) { /* the spine's stride rule: the first `strided` dims free, not overlapping */
+      const int free_dims = info.strided < saved.ndim ? info.strided : saved.ndim;
+      int64_t strides[SKH_MAX_DIMS], st = 1;
       for (int d = saved.ndim - 1; d >= 0; d--) {
         strides[d] = st;
         st *= saved.shape[d];
       }
-      strides[saved.ndim - 2] += 1; /* a padded row */
       bc->dl[i].strides = strides;
-      expect_refusal(b, bc, info.name, "non-contiguous strides", name);
+      const int row = saved.ndim - 2; /* padding the last row-major row breaks contiguity */
+      if (row >= free_dims && saved.shape[row] > 1 && saved.shape[row + 1] > 1) {
+        strides[row] += 1;
+        expect_refusal(b, bc, info.name, "non-contiguous strides", name);
+        strides[row] -= 1;
+      }
+      const int outer = free_dims - 1; /* a free dim: padded is fine, overlapping is not */
+      if (outer >= 0 && saved.shape[outer] > 1 && (outer + 1 == saved.ndim || saved.shape[outer + 1] > 1)) {
+        const int64_t inner = outer + 1 < saved.ndim ? strides[outer + 1] * saved.shape[outer + 1] : 1;
+        strides[outer] = inner + 8;
+        for (int d = outer - 1; d >= 0; d--) strides[d] = strides[d + 1] * saved.shape[d + 1];
+        cr_expect_eq(sk_bind(b, bc->ptrs, bc->n, bc->scratch, bc->scratch_bytes), SK_OK, "%s: %s with padded dim %d refused: %s",
+                     name, info.name, outer, sk_last_error_message());
+        strides[outer] = inner - 1;
+        expect_refusal(b, bc, info.name, "overlapping strides", name);
+      }
       bc->dl[i] = saved;
     }
   }

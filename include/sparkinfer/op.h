@@ -144,7 +144,10 @@ typedef struct sk_tensor_info {
   sk_tensor_role role;
   sk_tensor_presence presence;
   size_t alignment;           /**< required byte alignment of data + byte_offset */
-  int strided;                /**< 1: strides are checked by the op (it says how), else row-major */
+  int strided;                /**< 0: contiguous row-major; k > 0: the first k dims may have any
+                                   strides that do not overlap (each at least the extent of the
+                                   dims inside it: padded rows, pages), the rest row-major;
+                                   -1: any strides, checked by the op (its header says how) */
   const char *doc;            /**< one line */
 } sk_tensor_info;
 

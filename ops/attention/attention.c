@@ -215,16 +215,9 @@ static sk_status finish(sk_plan *p) {
 
 /* Row strides of a [rows, heads, dim] view: heads and elements compact, rows at least heads*dim
  * apart. */
-static sk_status row_stride(sk_binding *b, size_t i, const char *name, int64_t heads, int64_t dim, long long *stride) {
-  const DLTensor *t = sk_bind_tensor(b, i);
-  *stride = heads * dim;
-  if (!t->strides) return SK_OK;
-  if (t->strides[2] != 1 || (heads > 1 && t->strides[1] != dim) || (t->shape[0] > 1 && t->strides[0] < heads * dim))
-    return sk_bind_error(b, "tensor %s: strides (%lld, %lld, %lld): heads and elements must be compact and rows at least "
-                         "%lld elements apart", name, (long long)t->strides[0], (long long)t->strides[1],
-                         (long long)t->strides[2], (long long)(heads * dim));
-  if (t->shape[0] > 1) *stride = t->strides[0];
-  return SK_OK;
+/* Elements between rows of dim 0 (the spine checked the rule: rows apart, the rest compact). */
+static long long rows_apart(const DLTensor *t, int64_t compact) {
+  return t->strides && t->shape[0] > 1 ? t->strides[0] : compact;
 }
 
 static sk_status fill_common(sk_binding *b, const attn_state *st, sk_attn_params *p, int64_t batch, int64_t total_q) {
@@ -263,32 +256,20 @@ static sk_status paged_bind(sk_binding *b) {
                          (long long)batch);
   if (pages > INT32_MAX) return sk_bind_error(b, "tensor k_cache: %lld pages, at most 2^31 - 1", (long long)pages);
   SK_TRY(fill_common(b, st, p, batch, total_q));
-  SK_TRY(row_stride(b, P_Q, "q", st->hq, st->dqk, &p->q_stride));
-  /* K / V: [pages, page, heads, dim]: heads and elements compact; token rows and pages free. */
+  p->q_stride = rows_apart(sk_bind_tensor(b, P_Q), st->hq * st->dqk);
+  /* K / V: [pages, page, heads, dim]: pages and token rows free (the table's rule), the rest compact. */
   const int64_t ps = 1 << st->page_shift;
   for (int kv = 0; kv < 2; kv++) {
     const DLTensor *t = sk_bind_tensor(b, kv ? P_V : P_K);
-    const int64_t dim = kv ? st->dvo : st->dqk;
-    long long token = st->hkv * dim, pitch = ps * token;
-    if (t->strides) {
-      if (t->strides[3] != 1 || (st->hkv > 1 && t->strides[2] != dim) || t->strides[1] < st->hkv * dim ||
-          (t->shape[0] > 1 && t->strides[0] < ps * t->strides[1]))
-        return sk_bind_error(b, "tensor %s: strides (%lld, %lld, %lld, %lld): heads and elements must be compact, tokens at "
-                             "least %lld elements apart and pages not overlapping", kv ? "v_cache" : "k_cache",
-                             (long long)t->strides[0], (long long)t->strides[1], (long long)t->strides[2],
-                             (long long)t->strides[3], (long long)(st->hkv * dim));
-      token = t->strides[1];
-      pitch = t->shape[0] > 1 ? t->strides[0] : ps * token;
-    }
+    const long long token = t->strides && ps > 1 ? t->strides[1] : st->hkv * (kv ? st->dvo : st->dqk);
+    const long long pitch = rows_apart(t, ps * token);
     if (kv) p->v_token_stride = token, p->v_page_pitch = pitch;
     else p->k_token_stride = token, p->k_page_pitch = pitch;
   }
   const DLTensor *pt = sk_bind_tensor(b, P_PT);
   const int64_t width = pt->shape[1];
   if (width < 1) return sk_bind_error(b, "tensor page_table: no entries per request");
-  if (pt->strides && ((width > 1 && pt->strides[1] != 1) || (batch > 1 && pt->strides[0] < width)))
-    return sk_bind_error(b, "tensor page_table: entries must be compact and rows not overlapping");
-  p->pt_stride = (int)(pt->strides && batch > 1 ? pt->strides[0] : width);
+  p->pt_stride = (int)rows_apart(pt, width);
   p->max_pages = (int)(width < st->max_pages_per_seq ? width : st->max_pages_per_seq);
   p->num_pages = (int)pages;
   p->paged = 1;
@@ -324,9 +305,9 @@ static sk_status varlen_bind(sk_binding *b) {
   sk_attn_params *p = &g->p;
   const int64_t batch = sk_binding_get_symbol(b, "B"), total_q = sk_binding_get_symbol(b, "TQ");
   SK_TRY(fill_common(b, st, p, batch, total_q));
-  SK_TRY(row_stride(b, V_Q, "q", st->hq, st->dqk, &p->q_stride));
-  SK_TRY(row_stride(b, V_K, "k", st->hkv, st->dqk, &p->k_token_stride));
-  SK_TRY(row_stride(b, V_V, "v", st->hkv, st->dvo, &p->v_token_stride));
+  p->q_stride = rows_apart(sk_bind_tensor(b, V_Q), st->hq * st->dqk);
+  p->k_token_stride = rows_apart(sk_bind_tensor(b, V_K), st->hkv * st->dqk);
+  p->v_token_stride = rows_apart(sk_bind_tensor(b, V_V), st->hkv * st->dvo);
   p->paged = 0;
   p->max_total_k = st->max_total_k;
   p->lse_natural = 1;
@@ -372,13 +353,13 @@ SK_API sk_status sk_attn_error_flags(const sk_binding *b, void *stream, uint32_t
 
 static const sk_tensor_rule paged_tensors[] = {
     Q_RULE,
-    {"k_cache", "[NP, PS, HKV, DQK]", SK_DT_HALF | SK_DT_U8, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 16, 0, 1, "paged keys"},
-    {"v_cache", "[NP, PS, HKV, DVO]", SK_DT_HALF | SK_DT_U8, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 16, 0, 1, "paged values"},
+    {"k_cache", "[NP, PS, HKV, DQK]", SK_DT_HALF | SK_DT_U8, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 16, 0, 2, "paged keys (pages and token rows may be strided)"},
+    {"v_cache", "[NP, PS, HKV, DVO]", SK_DT_HALF | SK_DT_U8, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 16, 0, 2, "paged values (pages and token rows may be strided)"},
     {"page_table", "[B, *]", SK_DT_I32, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 4, 0, 1, "logical -> physical page"},
     {"cache_seqlens", "[B]", SK_DT_I32, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 4, 0, 0, "keys per request, new tokens included"},
     CU_Q_RULE,
-    {"k_scale", "[B, *]", SK_DT_FP32, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 4, 0, 1, "FP8 K scale per request or (request, head)"},
-    {"v_scale", "[B, *]", SK_DT_FP32, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 4, 0, 1, "FP8 V scale"},
+    {"k_scale", "[B, *]", SK_DT_FP32, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 4, 0, SK_STRIDES_ANY, "FP8 K scale per request or (request, head)"},
+    {"v_scale", "[B, *]", SK_DT_FP32, SK_TENSOR_IN, SK_TENSOR_REQUIRED, 4, 0, SK_STRIDES_ANY, "FP8 V scale"},
     SINKS_RULE,
     OUT_RULE,
     {"lse", "[TQ, HQ]", SK_DT_FP32, SK_TENSOR_OUT, SK_TENSOR_OPTIONAL, 4, 0, 0, "base-2 log-sum-exp"},
