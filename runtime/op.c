@@ -528,7 +528,7 @@ static sk_status plan_build(const sk_op_def *def, const void *caps, const sk_arc
   const char **arch_slot = caps_arch_slot(def, p->caps);
   if (s == SK_OK) s = plan_arch(op, props ? props->arch : *arch_slot, p->arch);
   if (s == SK_OK) *arch_slot = p->arch;
-  if (s == SK_OK && def->is_supported && !def->is_supported(p->arch))
+  if (s == SK_OK && !sk_op_def_supports(def, p->arch))
     s = sk_set_error(SK_ERR_UNSUPPORTED, "%s: arch %s is not supported (supported: %s)", op, p->arch, def->info.archs);
   if (s == SK_OK && def->check_caps) s = def->check_caps(p->caps);
   if (s == SK_OK) {

@@ -243,7 +243,8 @@ struct sk_op_def {
   size_t num_kernels;            /* kernel slots */
   const sk_op_entry *entries;
   size_t num_entries;
-  bool (*is_supported)(const char *arch);
+  int min_sm;                    /* archs from sm_<min_sm> (SK_OP_INFO) */
+  bool (*is_supported)(const char *arch); /* optional: a further restriction */
   /* Validate and normalise a writable caps copy (arch already set); SK_ERR_INVALID_ARGUMENT. */
   sk_status (*check_caps)(void *caps);
   /* caps <-> JSON (manifests, the warm-up record, sk_plan_create_json, sk_plan_caps_json): the
@@ -268,11 +269,14 @@ struct sk_op_def {
   .caps_arch_offset = offsetof(type, arch)
 #define SK_OP_STATE(plan_type, binding_type)                                                       \
   .plan_state_size = sizeof(plan_type), .binding_state_size = sizeof(binding_type)
+/* Name, summary and the archs: every arch from sm_<min> (a literal number), listing the targets
+ * the manifests build for. */
+#define SK_OP_INFO(name, summary, min)                                                             \
+  .info = {name, SK_OP_PLANNED, summary, "sm_" #min "+,sm_90a,sm_120a,sm_121a"}, .min_sm = (min)
 /* The caps field table (an array) and the callbacks; finish may be NULL. */
 #define SK_OP_FIELDS(table) .caps_fields = (table), .num_caps_fields = sizeof(table) / sizeof((table)[0])
-#define SK_OP_CALLBACKS(supported, check, select_, finish_, bind_, run_)                             \
-  .is_supported = (supported), .check_caps = (check), .select = (select_), .finish = (finish_),    \
-  .bind = (bind_), .run = (run_)
+#define SK_OP_CALLBACKS(check, select_, finish_, bind_, run_)                                       \
+  .check_caps = (check), .select = (select_), .finish = (finish_), .bind = (bind_), .run = (run_)
 
 /* The registry (runtime/registry.c; the list is generated from ops/<group>/<op>.c). */
 const sk_op_def *sk_find_op(const char *name);

@@ -62,8 +62,10 @@ SK_API sk_status sk_op_is_supported(const char *name, const char *arch, int *sup
   }
   if (!sk_arch_valid(arch))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "arch \"%.32s\" is not of the form sm_NN[a|f]", arch);
-  *supported = d->is_supported ? d->is_supported(arch) : 0;
+  *supported = sk_op_def_supports(d, arch);
   return SK_OK;
 }
 
-bool sk_op_def_supports(const sk_op_def *def, const char *arch) { return !def->is_supported || def->is_supported(arch); }
+bool sk_op_def_supports(const sk_op_def *def, const char *arch) {
+  return sk_arch_valid(arch) && sk_arch_number(arch) >= def->min_sm && (!def->is_supported || def->is_supported(arch));
+}

@@ -40,7 +40,6 @@ typedef struct attn_bound {
 
 static const char *type_name(sk_dtype d) { return d == SK_DTYPE_FP16 ? "__half" : "__nv_bfloat16"; }
 
-static bool attn_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 89; }
 
 static bool dims_supported(int dqk, int dvo) {
   return (dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256)) || (dqk == 192 && dvo == 128);
@@ -418,9 +417,9 @@ static const sk_attn_varlen_caps varlen_defaults = SK_ATTN_VARLEN_CAPS_INIT;
 /* The two ops differ in caps, tensors and their select / bind; kernels, run and limits are shared. */
 #define ATTN_DEF(name, summary, caps_type, kind)                                                                 \
   {                                                                                                            \
-    .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                                   \
+    SK_OP_INFO(name, summary, 89),                                                                             \
     SK_OP_CAPS(caps_type, kind##_defaults), SK_OP_STATE(attn_state, attn_bound), .num_kernels = K_COUNT,        \
-    .entries = kind##_entries, .num_entries = 1, .is_supported = attn_supported, .check_caps = kind##_check,     \
+    .entries = kind##_entries, .num_entries = 1, .check_caps = kind##_check,     \
     SK_OP_FIELDS(kind##_fields), .select = kind##_select, .finish = finish,                                       \
     .bind = kind##_bind, .run = run,                                                                           \
   }

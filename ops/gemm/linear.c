@@ -32,7 +32,6 @@ typedef struct linear_bound {
   const void *x;
 } linear_bound;
 
-static bool linear_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 89; }
 
 static sk_status check_caps(int kind, void *caps) {
   const sk_gemm_linear_caps *c = caps;
@@ -188,9 +187,9 @@ static const sk_gemm_linear_caps caps_defaults = SK_GEMM_LINEAR_CAPS_INIT;
 
 #define LINEAR_DEF(kind_, summary, entries_, check_, select_, bind_)                                                 \
   {                                                                                                                 \
-    .info = {op_names_literal_##kind_, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                     \
+    SK_OP_INFO(op_names_literal_##kind_, summary, 89),                     \
     SK_OP_CAPS(sk_gemm_linear_caps, caps_defaults), SK_OP_STATE(linear_state, linear_bound),                        \
-    .num_kernels = GEMM_MAX_REGIMES + 1, .entries = entries_, .num_entries = 1, .is_supported = linear_supported,    \
+    .num_kernels = GEMM_MAX_REGIMES + 1, .entries = entries_, .num_entries = 1,    \
     .check_caps = check_, SK_OP_FIELDS(caps_fields), .select = select_,         \
     .finish = finish, .bind = bind_, .run = run_common,                                                             \
   }

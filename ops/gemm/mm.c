@@ -13,11 +13,11 @@
 
 #define OP "gemm.blockscaled"
 
+extern const sk_op_def sk_op_gemm_blockscaled;
 SK_API int sk_gemm_is_supported(sk_gemm_recipe recipe, const char *arch) {
-  return gemm_recipe_valid(recipe) && sk_arch_valid(arch) && sk_arch_number(arch) >= 89;
+  return gemm_recipe_valid(recipe) && arch && sk_op_def_supports(&sk_op_gemm_blockscaled, arch);
 }
 
-static bool gemm_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 89; }
 
 /* Tensor order of the "mm" entry. */
 enum { T_A_CODES, T_A_SCALES, T_B_CODES, T_B_SCALES, T_ALPHA, T_C };
@@ -143,15 +143,14 @@ static const sk_caps_field caps_fields[] = {
 static const sk_gemm_caps caps_defaults = SK_GEMM_CAPS_INIT;
 
 const sk_op_def sk_op_gemm_blockscaled = {
-    .info = {OP, SK_OP_PLANNED, "C = alpha * A x B^T for NVFP4 / MXFP4 / MXFP8 / block-FP8 / tensor-FP8 operands",
-             "sm_89+,sm_90a,sm_120a,sm_121a"},
+    SK_OP_INFO(OP, "C = alpha * A x B^T for NVFP4 / MXFP4 / MXFP8 / block-FP8 / tensor-FP8 operands", 89),
     SK_OP_CAPS(sk_gemm_caps, caps_defaults),
     SK_OP_STATE(mm_state, mm_bound),
     .num_kernels = GEMM_MAX_REGIMES,
     .entries = entries,
     .num_entries = 1,
     SK_OP_FIELDS(caps_fields),
-    SK_OP_CALLBACKS(gemm_supported, check_caps, select_kernels, finish, bind, run),
+    SK_OP_CALLBACKS(check_caps, select_kernels, finish, bind, run),
 };
 
 /* ---- one-shot convenience ------------------------------------------------------------------------

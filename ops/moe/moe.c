@@ -49,7 +49,6 @@ typedef struct moe_bound {
   unsigned topk_grid;          /* route_topk's CTAs (routing) */
 } moe_bound;
 
-static bool moe_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 89; }
 
 static sk_status check(void *caps, int ep) {
   sk_moe_caps *c = caps;
@@ -296,9 +295,9 @@ static const sk_moe_caps caps_defaults = SK_MOE_CAPS_INIT;
 
 #define MOE_DEF(name, summary, check_, select_)                                                                      \
   {                                                                                                                  \
-    .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"}, SK_OP_CAPS(sk_moe_caps, caps_defaults),  \
+    SK_OP_INFO(name, summary, 89), SK_OP_CAPS(sk_moe_caps, caps_defaults),  \
     SK_OP_STATE(moe_state, moe_bound), .num_kernels = MAX_SLOTS, .entries = entries, .num_entries = 1,                \
-    .is_supported = moe_supported, .check_caps = check_, SK_OP_FIELDS(caps_fields),                                \
+    .check_caps = check_, SK_OP_FIELDS(caps_fields),                                \
     .select = select_, .finish = finish, .bind = bind, .run = run,                                                   \
   }
 

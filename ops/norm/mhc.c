@@ -151,7 +151,6 @@ static sk_status mhc_knobs(const sk_plan *p, mhc_state *st) {
   return SK_OK;
 }
 
-static bool mhc_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 80; }
 
 static sk_status check_caps(void *caps) {
   const sk_mhc_caps *c = caps;
@@ -485,13 +484,12 @@ static const sk_caps_field caps_fields[] = {
 static const sk_mhc_caps caps_defaults = SK_MHC_CAPS_INIT;
 
 const sk_op_def sk_op_norm_mhc = {
-    .info = {OP, SK_OP_PLANNED, "fused RMSNorm + hyper-connection residual (DeepSeek-V4 mHC): pre, post, post_pre; BF16",
-             "sm_80+,sm_90a,sm_120a,sm_121a"},
+    SK_OP_INFO(OP, "fused RMSNorm + hyper-connection residual (DeepSeek-V4 mHC): pre, post, post_pre; BF16", 80),
     SK_OP_CAPS(sk_mhc_caps, caps_defaults),
     SK_OP_STATE(mhc_state, mhc_bound),
     .num_kernels = K_COUNT,
     .entries = entries,
     .num_entries = 3,
     SK_OP_FIELDS(caps_fields),
-    SK_OP_CALLBACKS(mhc_supported, check_caps, select_kernels, finish, bind, run),
+    SK_OP_CALLBACKS(check_caps, select_kernels, finish, bind, run),
 };

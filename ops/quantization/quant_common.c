@@ -19,7 +19,6 @@ SK_API size_t sk_swizzled_scale_bytes(int64_t m, int64_t scale_cols) {
 }
 
 /* sm_89+: cvt.e4m3x2 exists there; nothing older is a target. */
-bool quant_is_supported(const char *arch) { return sk_arch_valid(arch) && sk_arch_number(arch) >= 89; }
 
 sk_status quant_check_caps(quant_kind kind, sk_quant_caps *c) {
   const char *op = kind_op(kind);

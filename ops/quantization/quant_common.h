@@ -38,7 +38,6 @@ typedef struct quant_bound {
 #define QUANT_CHUNKS_PER_STEP 4 /* SK_QSPLIT_PER_STEP (ops/quantization/split.cuh): one unit */
 
 extern const sk_quant_caps quant_caps_defaults;
-bool quant_is_supported(const char *arch);
 sk_status quant_check_caps(quant_kind kind, sk_quant_caps *caps);
 #define QUANT_CAPS_FIELDS 6
 extern const sk_caps_field quant_caps_fields[QUANT_CAPS_FIELDS]; /* both quantizers' caps JSON */
@@ -55,11 +54,10 @@ sk_dim3 quant_rows_grid(int64_t m, int64_t k, int block, int chunks_per_thread, 
 /* The definition of one quantizer (nvfp4.c, mxfp8.c): what differs is named. */
 #define QUANT_OP_DEF(name, summary, entries_, check_, select_, run_)                                \
   {                                                                                                \
-    .info = {name, SK_OP_PLANNED, summary, "sm_89+,sm_90a,sm_120a,sm_121a"},                       \
-    SK_OP_CAPS(sk_quant_caps, quant_caps_defaults), SK_OP_STATE(quant_plan_state, quant_bound),     \
-    .num_kernels = QK_COUNT, .entries = entries_, .num_entries = 1, .is_supported = quant_is_supported, \
-    .check_caps = check_, SK_OP_FIELDS(quant_caps_fields),                                         \
-    .select = select_, .bind = quant_bind, .run = run_,                                             \
+    SK_OP_INFO(name, summary, 89), SK_OP_CAPS(sk_quant_caps, quant_caps_defaults),                 \
+    SK_OP_STATE(quant_plan_state, quant_bound), .num_kernels = QK_COUNT, .entries = entries_,       \
+    .num_entries = 1, SK_OP_FIELDS(quant_caps_fields), .check_caps = check_, .select = select_,     \
+    .bind = quant_bind, .run = run_,                                                                \
   }
 
 #endif
