@@ -126,6 +126,7 @@ Test(moe_ref, prepare_swizzled_source_w2_and_rejections) {
     if (wfmt == SK_MOE_WFMT_MXFP4) { /* UE8M0 outside [10, 136]: the W4A16 dequantization would not be exact */
       rows[5] = 137;
       cr_expect_eq(sk_moe_prepare_w2(wfmt, SK_MOE_SRC_SCALES_ROWS, e, n, k, codes, rows, c1, s1), SK_ERR_UNSUPPORTED);
+      cr_expect(strstr(sk_last_error_message(), "UE8M0 scale code 137"), "message: %s", sk_last_error_message());
       rows[5] = 9;
       cr_expect_eq(sk_moe_prepare_w2(wfmt, SK_MOE_SRC_SCALES_ROWS, e, n, k, codes, rows, c1, s1), SK_ERR_UNSUPPORTED);
     }
@@ -133,10 +134,12 @@ Test(moe_ref, prepare_swizzled_source_w2_and_rejections) {
   }
   sk_moe_prepared_sizes sz;
   cr_expect_eq(sk_moe_prepared_sizes_of(SK_MOE_WFMT_NVFP4, SK_MOE_ACT_SILU, 100, 256, &sz), SK_ERR_INVALID_ARGUMENT); /* N % 16 */
+  cr_expect(strstr(sk_last_error_message(), "n = 100"), "message: %s", sk_last_error_message());
   cr_expect_eq(sk_moe_prepared_sizes_of(SK_MOE_WFMT_MXFP4, SK_MOE_ACT_SILU, 48, 256, &sz), SK_ERR_INVALID_ARGUMENT);  /* N % 32 */
   cr_expect_eq(sk_moe_prepared_sizes_of(SK_MOE_WFMT_NVFP4, SK_MOE_ACT_SILU, 128, 200, &sz), SK_ERR_INVALID_ARGUMENT); /* K % 32 */
   cr_expect_eq(sk_moe_prepare_w1(0, 0, 7, 0, 1, 128, 128, (uint8_t *)&sz, (uint8_t *)&sz, (uint8_t *)&sz, (uint8_t *)&sz),
                SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(sk_last_error_message(), "sk_moe_prepare_w1: unknown W1 order 7"), "message: %s", sk_last_error_message());
 }
 
 /* ---- planning math --------------------------------------------------------------------------- */

@@ -94,16 +94,19 @@ enum {
   SK_MOE_FLAG_EXPERT_MAP = 2, /**< an expert_map entry outside [-1, E): the route was skipped */
 };
 
-/** The error bits of the last run of `binding`: waits for `stream`, then reads the word from the
- *  scratch (a 4-byte copy). Not for use inside graph capture. */
+/** The error bits (SK_MOE_FLAG_*) of the last run of `binding`: waits for `stream`, then reads the
+ *  word from the binding's scratch (a 4-byte device-to-host copy); 0 when every route was valid.
+ *  Not for use inside graph capture. Errors: SK_ERR_INVALID_ARGUMENT (not a bound moe binding),
+ *  SK_ERR_CUDA. Thread safety: as sk_run for the binding. */
 SK_API sk_status sk_moe_error_flags(const sk_binding *binding, void *stream, uint32_t *flags);
 
 /* ---- weight preparation (host memory in, host memory out; once per model) -----------------------
  * Into the kernels' layout: W1 [E, R1P, KP/2] E2M1 (low nibble = even column), rows [up; gate]
  * (gated) each padded from N to NP = roundup(N, 128), columns padded from K to KP = roundup(K, 128);
  * W2 [E, K, NP/2]; block scales per expert in the 128x4 swizzled layout. Padding holds zero codes
- * and 1.0 scales. Plain functions: thread-safe for distinct outputs; errors do not set the
- * thread's message beyond the status. */
+ * and 1.0 scales. Plain host functions (no GPU, no sk_init): thread-safe for distinct outputs; the
+ * caller owns every buffer. Errors set the thread's message (sk_last_error_message) naming the
+ * argument; outputs may then be partly written. */
 typedef enum sk_moe_w1_order {
   SK_MOE_W1_ORDER_UP_GATE = 0,     /**< [up; gate] (b12x "w13") */
   SK_MOE_W1_ORDER_GATE_UP = 1,     /**< [gate; up] (vLLM / FlashInfer checkpoints): flipped once */
@@ -117,6 +120,9 @@ typedef enum sk_moe_scale_source {
 typedef struct sk_moe_prepared_sizes {
   size_t w1_codes, w1_scales, w2_codes, w2_scales;
 } sk_moe_prepared_sizes;
+/** Fills *out for (weights: sk_moe_weight_format, activation: sk_moe_activation, N, K): allocate
+ *  E times each. Errors: SK_ERR_INVALID_ARGUMENT (NULL out, unknown format or activation, N not a
+ *  positive multiple of 16 (NVFP4) / 32 (MXFP4), K not a positive multiple of 32, either > 2^20). */
 SK_API sk_status sk_moe_prepared_sizes_of(int weights, int activation, int64_t n, int64_t k, sk_moe_prepared_sizes *out);
 /** W1: codes [E, R1, K/2] (R1 = 2N gated in `order`, N for relu2), scales per expert in
  *  `src_scales` layout -> the prepared codes and scales (sizes x E). MXFP4 weights for W4A16 need
@@ -124,10 +130,13 @@ SK_API sk_status sk_moe_prepared_sizes_of(int weights, int activation, int64_t n
  *  N % 16 (NVFP4) or % 32 (MXFP4), K % 32, E < 1). */
 SK_API sk_status sk_moe_prepare_w1(int weights, int activation, int order, int src_scales, int64_t e, int64_t n, int64_t k,
                                    const uint8_t *codes, const uint8_t *scales, uint8_t *out_codes, uint8_t *out_scales);
-/** W2: codes [E, K, N/2], scales per expert for [K, N/vec]. */
+/** W2: codes [E, K, N/2], scales per expert for [K, N/vec] in `src_scales` layout -> the prepared
+ *  codes and scales (sizes x E). Errors as sk_moe_prepare_w1's. */
 SK_API sk_status sk_moe_prepare_w2(int weights, int src_scales, int64_t e, int64_t n, int64_t k, const uint8_t *codes,
                                    const uint8_t *scales, uint8_t *out_codes, uint8_t *out_scales);
-/** The inverse of sk_moe_prepare_w1 for one expert (row-major scales out). */
+/** The inverse of sk_moe_prepare_w1 for one expert: the checkpoint layout in `order` (codes
+ *  [R1, K/2]) with row-major scales [R1, K/vec]; for round-trip checks and exports. Errors:
+ *  SK_ERR_INVALID_ARGUMENT (NULL, dims as sk_moe_prepared_sizes_of, unknown order). */
 SK_API sk_status sk_moe_unprepare_w1(int weights, int activation, int order, int64_t n, int64_t k,
                                      const uint8_t *prep_codes, const uint8_t *prep_scales, uint8_t *codes,
                                      uint8_t *scales_rows);
