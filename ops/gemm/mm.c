@@ -190,8 +190,8 @@ static sk_plan *cache_find(plan_key key) {
   return NULL;
 }
 
-/* Insert; returns the plan now cached under the key (another thread's if it won), or NULL when
- * the table is full. */
+/* Insert; returns the plan now cached under the key (another thread's if it won: p is then
+ * destroyed), or NULL when the table is full (p stays the caller's). */
 static sk_plan *cache_add(plan_key key, sk_plan *p) {
   sk_plan *winner = NULL;
   pthread_mutex_lock(&plan_lock);
@@ -210,7 +210,7 @@ static sk_plan *cache_add(plan_key key, sk_plan *p) {
     }
   }
   pthread_mutex_unlock(&plan_lock);
-  if (winner != p) sk_plan_destroy(p);
+  if (winner && winner != p) sk_plan_destroy(p);
   return winner;
 }
 
@@ -249,12 +249,8 @@ static sk_status plan_for(int recipe, int out, int64_t m, int64_t n, int64_t k, 
     return SK_OK;
   }
   sk_plan *cached = cache_add(key, p);
-  if (!cached) { /* full table */
-    SK_TRY(sk_plan_create(OP, &caps, &p));
-    *plan = *owned = p;
-    return SK_OK;
-  }
-  *plan = cached;
+  *plan = cached ? cached : p;
+  if (!cached) *owned = p; /* full table: this call's own plan */
   return SK_OK;
 }
 
