@@ -19,22 +19,20 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 echo "== gpu tests"
 SK_BUILD=.devrun/new SK_GPU_TEST_CACHE=$PWD/.devrun/new/cache \
   sh tests/run-suites.sh ${SK_TESTS:-.devrun/new/tests/gpu/test_*} 2>&1 | tee "$OUT/gpu-test.log"
+# bench BUILD PREFIX BIN: one benchmark of .devrun/BUILD with its cache; log and JSON named PREFIX + name.
+bench() {
+  local name
+  name=$(basename "$3")
+  echo "== $2$name"
+  SK_BUILD=.devrun/$1 SPARKINFER_CACHE_DIR=$PWD/.devrun/$1/cache SK_BENCH_JSON="$OUT/bench/$2$name.json" \
+    timeout 300 "$3" 2>&1 | tee "$OUT/$2$name.log"
+}
 if [ -d .devrun/old ] && [ "${SK_OLD_BENCHES:-}" != none ]; then
   echo "== benches of the older build"
-  for bin in ${SK_OLD_BENCHES:-.devrun/old/bench/*}; do
-    name=$(basename "$bin")
-    echo "== old $name"
-    SK_BUILD=.devrun/old SPARKINFER_CACHE_DIR=$PWD/.devrun/old/cache SK_BENCH_JSON="$OUT/bench/old-$name.json" \
-      timeout 300 "$bin" 2>&1 | tee "$OUT/old-$name.log"
-  done
+  for bin in ${SK_OLD_BENCHES:-.devrun/old/bench/*}; do bench old old- "$bin"; done
 fi
 echo "== benches"
-for bin in ${SK_BENCHES:-.devrun/new/bench/*}; do
-  name=$(basename "$bin")
-  echo "== $name"
-  SK_BUILD=.devrun/new SPARKINFER_CACHE_DIR=$PWD/.devrun/new/cache SK_BENCH_JSON="$OUT/bench/$name.json" \
-    timeout 300 "$bin" 2>&1 | tee "$OUT/$name.log"
-done
+for bin in ${SK_BENCHES:-.devrun/new/bench/*}; do bench new "" "$bin"; done
 for peer in ${SK_PEERS:-}; do
   echo "== peer $peer"
   SK_BENCH_JSON="$OUT/bench/$peer.json" PYTHONUNBUFFERED=1 timeout 240 python3 "bench/$peer.py" 2>&1 |
