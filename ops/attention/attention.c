@@ -175,6 +175,7 @@ static sk_status paged_select(sk_plan *p) {
   sk_plan_tensor_dtypes(p, 0, P_Q, q);
   sk_plan_tensor_dtypes(p, 0, P_K, c->kv_fp8 ? SK_DT_U8 : q);
   sk_plan_tensor_dtypes(p, 0, P_V, c->kv_fp8 ? SK_DT_U8 : q);
+  sk_plan_tensor_dtypes(p, 0, P_OUT, q);
   if (!c->kv_fp8) {
     sk_plan_tensor_presence(p, 0, P_KS, SK_TENSOR_UNUSED);
     sk_plan_tensor_presence(p, 0, P_VS, SK_TENSOR_UNUSED);
@@ -195,6 +196,7 @@ static sk_status varlen_select(sk_plan *p) {
   sk_plan_tensor_dtypes(p, 0, V_Q, q);
   sk_plan_tensor_dtypes(p, 0, V_K, q);
   sk_plan_tensor_dtypes(p, 0, V_V, q);
+  sk_plan_tensor_dtypes(p, 0, V_OUT, q);
   return SK_OK;
 }
 
