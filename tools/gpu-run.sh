@@ -6,7 +6,8 @@
 #   SK_BENCHES     benchmarks of this build (default: every .devrun/new/bench/*)
 #   SK_OLD_BENCHES benchmarks of the older build in .devrun/old, run first for a side-by-side
 #                  comparison (default: all of them, when .devrun/old exists; "none" skips them)
-#   SK_PEERS       python peer scripts under bench/ to run (default: none), e.g. "peer_gemm_torch"
+#   SK_PEERS       python peer scripts under bench/ to run after the tests, before the benches
+#                  (default: none), e.g. "peer_gemm_torch"
 set -uo pipefail
 if [ -f .devrun.tar.xz ]; then rm -rf .devrun && tar xJf .devrun.tar.xz || exit 1; fi
 export LD_LIBRARY_PATH=$PWD/.devrun/libs:${LD_LIBRARY_PATH:-}
@@ -16,14 +17,20 @@ mkdir -p "$OUT/bench" "$FINAL"
 trap 'tar czf "$FINAL/results.tar.gz" -C "$OUT" . && cp "$OUT/gpu-test.log" "$FINAL/" 2>/dev/null' EXIT
 chmod 700 .devrun/new/cache .devrun/old/cache 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-echo "== gpu tests"
+echo "== gpu tests $(date +%T)"
 SK_BUILD=.devrun/new SK_GPU_TEST_CACHE=$PWD/.devrun/new/cache \
   sh tests/run-suites.sh ${SK_TESTS:-.devrun/new/tests/gpu/test_*} 2>&1 | tee "$OUT/gpu-test.log"
+# Peers first: they are the comparison a new op's figures need; the side-by-side runs follow.
+for peer in ${SK_PEERS:-}; do
+  echo "== peer $peer $(date +%T)"
+  SK_BENCH_JSON="$OUT/bench/$peer.json" PYTHONUNBUFFERED=1 timeout 240 python3 "bench/$peer.py" 2>&1 |
+    grep -v Warning | tee "$OUT/$peer.log"
+done
 # bench BUILD PREFIX BIN: one benchmark of .devrun/BUILD with its cache; log and JSON named PREFIX + name.
 bench() {
   local name
   name=$(basename "$3")
-  echo "== $2$name"
+  echo "== $2$name $(date +%T)"
   SK_BUILD=.devrun/$1 SPARKINFER_CACHE_DIR=$PWD/.devrun/$1/cache SK_BENCH_JSON="$OUT/bench/$2$name.json" \
     timeout 300 "$3" 2>&1 | tee "$OUT/$2$name.log"
 }
@@ -33,8 +40,3 @@ if [ -d .devrun/old ] && [ "${SK_OLD_BENCHES:-}" != none ]; then
 fi
 echo "== benches"
 for bin in ${SK_BENCHES:-.devrun/new/bench/*}; do bench new "" "$bin"; done
-for peer in ${SK_PEERS:-}; do
-  echo "== peer $peer"
-  SK_BENCH_JSON="$OUT/bench/$peer.json" PYTHONUNBUFFERED=1 timeout 240 python3 "bench/$peer.py" 2>&1 |
-    grep -v Warning | tee "$OUT/$peer.log"
-done

@@ -283,9 +283,14 @@ static void cost(const skh_case *c, const skh_tensor *t, size_t n, double *bytes
   *flops = 0;
   for (int b = 0; b < a->batch; b++) {
     const double kv = kv_len_of(a, b), ql = q_len_of(a, b);
-    *bytes += kv * a->hkv * (a->dqk + a->dvo) * (a->fp8 ? 1 : 2) + ql * a->hq * (a->dqk + a->dvo) * 2;
-    /* causal: query i sees kv - ql + i + 1 keys */
-    const double seen = ql * (kv - ql) + ql * (ql + 1) / 2;
+    /* causal: query i sees kv - ql + i + 1 keys, at most window_left + 1 of them */
+    double seen = 0;
+    for (double i = 0; i < ql; i++) {
+      const double causal = kv - ql + i + 1;
+      seen += a->window_left >= 0 && causal > a->window_left + 1 ? a->window_left + 1 : causal;
+    }
+    const double keys = a->window_left >= 0 && kv > a->window_left + ql ? a->window_left + ql : kv; /* keys read */
+    *bytes += keys * a->hkv * (a->dqk + a->dvo) * (a->fp8 ? 1 : 2) + ql * a->hq * (a->dqk + a->dvo) * 2;
     *flops += 2.0 * seen * a->hq * (a->dqk + a->dvo);
   }
   *metric = a->q_len == 1 ? "GB/s" : "TFLOP/s";
