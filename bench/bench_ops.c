@@ -76,6 +76,7 @@ int main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
   const char *json_path = getenv("SK_BENCH_JSON");
   FILE *json = json_path ? fopen(json_path, "w") : NULL;
+  if (json) setvbuf(json, NULL, _IOLBF, 0); /* a row per line survives a timeout that kills the run */
   if (json_path && !json) fprintf(stderr, "SK_BENCH_JSON=%s: cannot write it; no JSON\n", json_path);
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
