@@ -91,7 +91,7 @@ static int64_t parse_atom(expr_parser *p) {
       return 0;
     }
     for (int i = p->nsyms - 1; i >= 0; i--)
-      if (!strcmp(p->syms[i].name, name)) return p->syms[i].value;
+      if (p->syms[i].name[0] == name[0] && !strcmp(p->syms[i].name, name)) return p->syms[i].value;
     snprintf(p->badbuf, sizeof p->badbuf, "unknown symbol %s", name);
     p->bad = p->badbuf;
     return 0;
@@ -219,9 +219,55 @@ sk_status sk_shape_dims(const char *shape, const sk_symbol *syms, int nsyms, int
 
 /* ---- symbols ---------------------------------------------------------------------------------- */
 
+/* A shape rule parsed once per plan: its dims, and per dim whether it is "*", a literal, or binds
+ * one of the entry's free symbols (index, offset); other dims are evaluated at bind. */
+enum { DIM_EXPR, DIM_ANY, DIM_LITERAL, DIM_CONST /* an expression over plan symbols only */ };
+struct sk_rule_dims {
+  int n;                 /* -1: the rule does not parse (bind reports it) */
+  dim_span d[8];
+  uint8_t kind[8];
+  int8_t sym[8];         /* index into the entry's symbols, -1 none */
+  int64_t value[8];      /* DIM_LITERAL: the extent; sym >= 0: the offset */
+};
+
+/* Whether a dim evaluates with the plan's symbols alone (then it is fixed for the plan). */
+static bool const_value(const dim_span *x, const sk_plan *p, int64_t *out) {
+  char buf[128];
+  if (x->len >= sizeof buf) return false;
+  memcpy(buf, x->s, x->len);
+  buf[x->len] = 0;
+  expr_parser e = {buf, p->symbols, p->num_symbols, NULL, ""};
+  const int64_t v = parse_sum(&e);
+  skip_ws(&e);
+  if (e.bad || *e.s) return false;
+  *out = v;
+  return true;
+}
+
+static void parse_rule(const char *shape, const sk_plan *p, const sk_op_entry *en, struct sk_rule_dims *r) {
+  r->n = split_shape(shape, r->d, 8);
+  for (int d = 0; d < r->n; d++) {
+    const dim_span *x = &r->d[d];
+    r->sym[d] = -1;
+    r->value[d] = 0;
+    r->kind[d] = x->len == 1 && x->s[0] == '*' ? DIM_ANY : DIM_EXPR;
+    if (r->kind[d] == DIM_EXPR && isdigit((unsigned char)x->s[0]) && strspn(x->s, "0123456789") >= x->len) {
+      int64_t v = 0;
+      for (size_t i = 0; i < x->len && v < ((int64_t)1 << 56); i++) v = v * 10 + (x->s[i] - '0');
+      r->kind[d] = DIM_LITERAL;
+      r->value[d] = v;
+    }
+    for (size_t s = 0; s < en->num_symbols && r->sym[d] < 0; s++) {
+      int64_t offset;
+      if (binds_symbol(x, en->symbols[s].name, &offset)) r->sym[d] = (int8_t)s, r->value[d] = offset;
+    }
+    if (r->kind[d] == DIM_EXPR && r->sym[d] < 0 && const_value(x, p, &r->value[d])) r->kind[d] = DIM_CONST;
+  }
+}
+
 static sk_status put_symbol(sk_symbol *syms, int *n, const char *name, int64_t value) {
   for (int i = 0; i < *n; i++)
-    if (!strcmp(syms[i].name, name)) {
+    if (syms[i].name[0] == name[0] && !strcmp(syms[i].name, name)) { /* first byte: bind's hot path */
       syms[i].value = value;
       return SK_OK;
     }
@@ -234,12 +280,21 @@ static sk_status put_symbol(sk_symbol *syms, int *n, const char *name, int64_t v
 
 static const sk_symbol *find_symbol(const sk_symbol *syms, int n, const char *name) {
   for (int i = 0; i < n; i++)
-    if (!strcmp(syms[i].name, name)) return &syms[i];
+    if (syms[i].name[0] == name[0] && !strcmp(syms[i].name, name)) return &syms[i];
   return NULL;
 }
 
+static void parse_rules(sk_plan *p) {
+  for (size_t e = 0; e < p->def->num_entries; e++)
+    for (size_t t = 0; t < p->def->entries[e].num_tensors; t++)
+      parse_rule(p->shapes[p->rule_base[e] + t], p, &p->def->entries[e], &p->dims[p->rule_base[e] + t]);
+  p->dims_parsed = 1;
+}
+
 sk_status sk_plan_set_symbol(sk_plan *p, const char *name, int64_t value) {
-  return put_symbol(p->symbols, &p->num_symbols, name, value);
+  SK_TRY(put_symbol(p->symbols, &p->num_symbols, name, value));
+  if (p->dims_parsed) parse_rules(p); /* a symbol set after selection: the fixed dims follow */
+  return SK_OK;
 }
 
 int64_t sk_plan_get_symbol(const sk_plan *p, const char *name) {
@@ -452,9 +507,10 @@ static sk_plan *plan_alloc(const sk_op_def *def) {
   p->presence = calloc(rules ? rules : 1, sizeof *p->presence);
   p->dtypes = calloc(rules ? rules : 1, sizeof *p->dtypes);
   p->shapes = calloc(rules ? rules : 1, sizeof *p->shapes);
+  p->dims = calloc(rules ? rules : 1, sizeof *p->dims);
   p->rule_base = calloc(def->num_entries ? def->num_entries : 1, sizeof *p->rule_base);
   p->state = calloc(1, def->plan_state_size ? def->plan_state_size : 1);
-  if (!p->caps || !p->requests || !p->kernels || !p->presence || !p->dtypes || !p->shapes || !p->rule_base || !p->state) {
+  if (!p->caps || !p->requests || !p->kernels || !p->presence || !p->dtypes || !p->shapes || !p->dims || !p->rule_base || !p->state) {
     sk_plan_destroy(p);
     return NULL;
   }
@@ -484,6 +540,7 @@ SK_API void sk_plan_destroy(sk_plan *p) {
   free(p->presence);
   free(p->dtypes);
   free(p->shapes);
+  free(p->dims);
   free(p->rule_base);
   free(p->caps);
   free(p->state);
@@ -514,6 +571,7 @@ void sk_plan_tensor_dtypes(sk_plan *p, size_t entry, size_t tensor, uint32_t dty
 
 void sk_plan_tensor_shape(sk_plan *p, size_t entry, size_t tensor, const char *shape) {
   p->shapes[p->rule_base[entry] + tensor] = shape;
+  parse_rule(shape, p, &p->def->entries[entry], &p->dims[p->rule_base[entry] + tensor]);
 }
 
 /* Caps read + arch + check + selection with `props` (NULL: the arch's, from the device or the
@@ -536,6 +594,7 @@ static sk_status plan_build(const sk_op_def *def, const void *caps, const sk_arc
     else s = sk_arch_props_for(p->arch, &p->props);
   }
   if (s == SK_OK && def->select) s = def->select(p);
+  if (s == SK_OK) parse_rules(p);
   if (s != SK_OK) {
     sk_plan_destroy(p);
     return s;
@@ -830,9 +889,12 @@ static sk_status check_basic(sk_binding *b, size_t i, const DLTensor *t, dim_spa
       return tensor_error(b, r, "must have the dtype of %s (%s), got %s", en->tensors[r->dtype_like - 1].name,
                           dl_name(o->dtype, want, sizeof want), dl_name(t->dtype, got, sizeof got));
   }
-  const char *shape = p->shapes[p->rule_base[b->entry] + i];
-  *ndims = split_shape(shape, dims, 8);
-  if (*ndims < 0) return sk_set_error(SK_ERR_INTERNAL, "%s: bad shape rule %s for %s", p->def->info.name, shape, r->name);
+  const struct sk_rule_dims *rd = &p->dims[p->rule_base[b->entry] + i];
+  *ndims = rd->n;
+  if (*ndims < 0)
+    return sk_set_error(SK_ERR_INTERNAL, "%s: bad shape rule %s for %s", p->def->info.name,
+                        p->shapes[p->rule_base[b->entry] + i], r->name);
+  memcpy(dims, rd->d, sizeof(dim_span) * (size_t)*ndims);
   if (t->ndim != *ndims) return tensor_error(b, r, "must have %d dimensions, got %d", *ndims, t->ndim);
   if (!t->shape) return tensor_error(b, r, "has no shape");
   unsigned __int128 elems = 1;
@@ -842,24 +904,21 @@ static sk_status check_basic(sk_binding *b, size_t i, const DLTensor *t, dim_spa
     if (elems > ((unsigned __int128)1 << 56)) return tensor_error(b, r, "is too large (its size overflows)");
   }
   for (int d = 0; d < *ndims; d++)
-    for (size_t s = 0; s < en->num_symbols; s++) {
-      int64_t offset;
-      if (binds_symbol(&dims[d], en->symbols[s].name, &offset) && !find_symbol(b->symbols, b->num_symbols, en->symbols[s].name))
-        SK_TRY(put_symbol(b->symbols, &b->num_symbols, en->symbols[s].name, t->shape[d] - offset));
-    }
+    if (rd->sym[d] >= 0 && !find_symbol(b->symbols, b->num_symbols, en->symbols[rd->sym[d]].name))
+      SK_TRY(put_symbol(b->symbols, &b->num_symbols, en->symbols[rd->sym[d]].name, t->shape[d] - rd->value[d]));
   return SK_OK;
 }
 
 /* Pass 3: every dim against its expression, strides, alignment. */
 static sk_status check_dims(sk_binding *b, size_t i, const DLTensor *t, const dim_span *dims, int ndims) {
   const sk_tensor_rule *r = &b->plan->def->entries[b->entry].tensors[i];
+  const struct sk_rule_dims *rd = &b->plan->dims[b->plan->rule_base[b->entry] + i];
   for (int d = 0; d < ndims; d++) {
-    if (dims[d].len == 1 && dims[d].s[0] == '*') continue;
-    int64_t want;
-    SK_TRY(eval_span(dims[d].s, dims[d].len, b->symbols, b->num_symbols, &want));
+    if (rd->kind[d] == DIM_ANY) continue;
+    int64_t want = rd->value[d];
+    if (rd->kind[d] == DIM_EXPR) SK_TRY(eval_span(dims[d].s, dims[d].len, b->symbols, b->num_symbols, &want));
     if (t->shape[d] != want) {
-      bool literal = isdigit((unsigned char)dims[d].s[0]) && strspn(dims[d].s, "0123456789") >= dims[d].len;
-      if (literal) return tensor_error(b, r, "dim %d must be %lld, got %lld", d, (long long)want, (long long)t->shape[d]);
+      if (rd->kind[d] == DIM_LITERAL) return tensor_error(b, r, "dim %d must be %lld, got %lld", d, (long long)want, (long long)t->shape[d]);
       return tensor_error(b, r, "dim %d must be %.*s = %lld, got %lld", d, (int)dims[d].len, dims[d].s, (long long)want,
                           (long long)t->shape[d]);
     }

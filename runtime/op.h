@@ -134,6 +134,8 @@ struct sk_plan {
   sk_tensor_presence *presence;  /* per entry, per tensor: the plan's view of the table */
   uint32_t *dtypes;              /* same, allowed dtypes */
   const char **shapes;           /* same, shape rules (static strings) */
+  struct sk_rule_dims *dims;     /* same, the shape rules parsed once after selection (bind's fast path) */
+  int dims_parsed;
   size_t *rule_base;             /* index of entry e's first tensor in presence/dtypes */
   sk_symbol symbols[SK_MAX_SYMBOLS];
   int num_symbols;
