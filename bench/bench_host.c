@@ -1,0 +1,153 @@
+/* bench_host - the host side of every op, no GPU needed: for the first SKH_BENCH case of each op
+ * (or every bench case with --all), the time of the plan's selection (sk_plan_select_only: caps
+ * checks, tile choice, scratch layout; a real sk_plan_create adds one memory-table hit per kernel,
+ * ~0.1 us each, see bench_runtime) and of sk_bind over fake device views (the spine's validation
+ * plus the op's launch geometry) for a plan of sm_90a (or --arch). Medians of 7 rounds.
+ * SK_BENCH_JSON=FILE writes bench/results.py rows (op "host", metric "us").
+ *   bench_host [--arch ARCH] [--all] [--op NAME] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness/harness.h"
+#include "op.h" /* the spine (runtime/op.h): selection without kernels, fake views */
+
+#ifndef SK_GIT_COMMIT
+#define SK_GIT_COMMIT "unknown"
+#endif
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static sk_status select_case(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan) {
+  const sk_op_def *def = sk_find_op(op->op);
+  unsigned char caps[SKH_MAX_CAPS];
+  memcpy(caps, c->caps, sizeof caps);
+  memcpy(caps + def->caps_arch_offset, &arch, sizeof arch);
+  sk_arch_props props;
+  sk_arch_table_devices(arch, &props, 1);
+  return sk_plan_select_only(def, caps, &props, plan);
+}
+
+/* The CPU's model name (Linux), for the rows' "gpu" column. */
+static void cpu_name(char *buf, size_t n) {
+  snprintf(buf, n, "host CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+      const char *v = strchr(line, ':') + 1;
+      while (*v == ' ') v++;
+      snprintf(buf, n, "CPU %.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+  if (f) fclose(f);
+}
+
+int main(int argc, char **argv) {
+  const char *arch = "sm_90a", *only = NULL;
+  int all = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--arch") && i + 1 < argc) arch = argv[++i];
+    else if (!strcmp(argv[i], "--op") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--all")) all = 1;
+    else {
+      printf("usage: bench_host [--arch ARCH] [--all] [--op NAME]\n"
+             "Times each op's plan selection and sk_bind on the host (no GPU). SK_BENCH_JSON=FILE writes rows.\n");
+      return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
+    }
+  }
+  const char *json_path = getenv("SK_BENCH_JSON");
+  FILE *json = json_path ? fopen(json_path, "w") : NULL;
+  if (json_path && !json) fprintf(stderr, "SK_BENCH_JSON=%s: cannot write it; no JSON\n", json_path);
+  char date[16];
+  const time_t t0 = time(NULL);
+  strftime(date, sizeof date, "%Y-%m-%d", gmtime(&t0));
+  printf("host times on %s (median of 7 rounds)\n\n| op | case | select us | bind us |\n|---|---|---|---|\n", arch);
+  char cpu[160];
+  cpu_name(cpu, sizeof cpu);
+  int status = 0;
+  for (size_t o = 0; o < skh_op_count(); o++) {
+    const skh_op *op = skh_op_at(o);
+    if (only && strcmp(only, op->op)) continue;
+    for (size_t i = 0; i < op->count(); i++) {
+      skh_case c;
+      op->get(i, &c);
+      if (!(c.flags & SKH_BENCH)) continue;
+      sk_plan *plan;
+      const sk_status ps = select_case(op, &c, arch, &plan);
+      if (ps == SK_ERR_UNSUPPORTED) continue;
+      if (ps != SK_OK) {
+        fprintf(stderr, "%s [%s]: plan: %s\n", op->op, c.name, sk_last_error_message());
+        status = 1;
+        continue;
+      }
+      /* The harness's tensors (host buffers calloc'd, never touched) as views at distinct fake
+       * device addresses, never read. */
+      size_t n = 0;
+      skh_tensor t[SKH_MAX_TENSORS];
+      char err[512];
+      if (skh_tensors_for(op, &c, plan, t, &n, err, sizeof err)) {
+        fprintf(stderr, "%s [%s]: %s\n", op->op, c.name, err);
+        status = 1;
+        sk_plan_destroy(plan);
+        continue;
+      }
+      DLTensor dl[SKH_MAX_TENSORS];
+      const DLTensor *ptrs[SKH_MAX_TENSORS];
+      uintptr_t addr = (uintptr_t)1 << 40;
+      for (size_t k = 0; k < n; k++) {
+        dl[k] = (DLTensor){(void *)addr, {kDLCUDA, 0}, t[k].ndim, t[k].dtype, t[k].shape, t[k].strided ? t[k].strides : NULL, 0};
+        ptrs[k] = t[k].present ? &dl[k] : NULL;
+        addr += (t[k].bytes + 4095) / 4096 * 4096 + 4096;
+      }
+      sk_scratch_spec spec;
+      sk_plan_scratch_spec(plan, &spec);
+      sk_binding *b;
+      sk_binding_create(plan, c.entry, &b);
+      if (sk_bind(b, ptrs, n, (void *)addr, spec.bytes) != SK_OK) {
+        fprintf(stderr, "%s [%s]: bind: %s\n", op->op, c.name, sk_last_error_message());
+        status = 1;
+      } else {
+        double sel[7], bnd[7];
+        for (int r = 0; r < 7; r++) {
+          const int reps_sel = 200, reps_bind = 20000;
+          double a = now_ns();
+          for (int k = 0; k < reps_sel; k++) {
+            sk_plan *p2;
+            if (select_case(op, &c, arch, &p2) == SK_OK) sk_plan_destroy(p2);
+          }
+          sel[r] = (now_ns() - a) / reps_sel / 1e3;
+          a = now_ns();
+          for (int k = 0; k < reps_bind; k++) sk_bind(b, ptrs, n, (void *)addr, spec.bytes);
+          bnd[r] = (now_ns() - a) / reps_bind / 1e3;
+        }
+        qsort(sel, 7, sizeof sel[0], cmp);
+        qsort(bnd, 7, sizeof bnd[0], cmp);
+        printf("| %s | %s | %.3f | %.3f |\n", op->op, c.name, sel[3], bnd[3]);
+        if (json)
+          for (int w = 0; w < 2; w++)
+            fprintf(json,
+                    "{\"op\":\"host\",\"case\":\"%s %s: %s\",\"us\":%.4f,\"metric\":\"us\",\"value\":%.4f,"
+                    "\"gpu\":\"%s\",\"date\":\"%s\",\"commit\":\"%s\"}\n",
+                    op->op, c.name, w ? "sk_bind" : "plan selection", w ? bnd[3] : sel[3], w ? bnd[3] : sel[3], cpu,
+                    date, SK_GIT_COMMIT);
+      }
+      sk_binding_destroy(b);
+      skh_tensors_free(t, n);
+      sk_plan_destroy(plan);
+      if (!all) break;
+    }
+  }
+  if (json) fclose(json);
+  return status;
+}
