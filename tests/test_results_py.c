@@ -30,7 +30,7 @@ Test(results_py, tables_join_the_fastest_peer_and_keep_the_latest_row, .init = n
                "%s", out);
   const char *gemm = strstr(out, "\n## gemm.blockscaled\n"), *quant = strstr(out, "\n## quantization.nvfp4\n");
   cr_assert(gemm && quant && gemm < quant, "one table per op, sorted by op:\n%s", out);
-  cr_expect(strstr(out, "python3 bench/results.py FILES > bench/RESULTS.md"), "how it was produced");
+  cr_expect(strstr(out, "sh bench/make-results.sh"), "how it was produced");
   cr_expect(strstr(out, "| case | us | figure | % of roofline | peer | peer figure | speed-up vs peer | GPU | date | commit |"));
   /* the 2026-12-01 row replaces the 2026-11-01 one; torch.compile (200 us) beats eager (400 us) */
   cr_expect(strstr(out, "| m=16384 k=4096 bf16 (portable) | 120 | 3500 GB/s | 81% | torch.compile | 2100 GB/s | 1.66x "
