@@ -219,6 +219,14 @@ sk_status sk_shape_dims(const char *shape, const sk_symbol *syms, int nsyms, int
 
 /* ---- symbols ---------------------------------------------------------------------------------- */
 
+/* One tensor's layout in the last full bind (rebinding the same layouts, sk_bind). */
+struct sk_bind_sig {
+  uint8_t present, ndim, code, bits, has_strides;
+  uint16_t lanes;
+  int32_t dev_type, dev_id;
+  int64_t shape[8], strides[8];
+};
+
 /* A shape rule parsed once per plan: its dims, and per dim whether it is "*", a literal, or binds
  * one of the entry's free symbols (index, offset); other dims are evaluated at bind. */
 enum { DIM_EXPR, DIM_ANY, DIM_LITERAL, DIM_CONST /* an expression over plan symbols only */ };
@@ -788,8 +796,9 @@ SK_API sk_status sk_binding_create(const sk_plan *p, const char *entry, sk_bindi
     b->data = calloc(n ? n : 1, sizeof *b->data);
     b->seen = calloc(n ? n : 1, sizeof *b->seen);
     b->state = calloc(1, p->def->binding_state_size ? p->def->binding_state_size : 1);
+    b->sig = calloc(n ? n : 1, sizeof *b->sig);
   }
-  if (!b || !b->data || !b->seen || !b->state) {
+  if (!b || !b->data || !b->seen || !b->state || !b->sig) {
     sk_binding_destroy(b);
     return sk_set_error(SK_ERR_OUT_OF_MEMORY, "%s: out of memory", p->def->info.name);
   }
@@ -817,6 +826,7 @@ SK_API void sk_binding_destroy(sk_binding *b) {
   free(b->data);
   free(b->seen);
   free(b->state);
+  free(b->sig);
   b->magic = 0;
   free(b);
 }
@@ -1008,16 +1018,87 @@ static sk_status bind_all(sk_binding *b, const DLTensor *const *tensors, size_t 
     if (tensors[i]) SK_TRY(check_dims(b, i, tensors[i], dims[i], ndims[i]));
   SK_TRY(bind_scratch(b, scratch, bytes));
   memset(b->state, 0, p->def->binding_state_size ? p->def->binding_state_size : 1);
+  b->sig_symbols = b->num_symbols;
   if (p->def->bind) SK_TRY(p->def->bind(b));
   return SK_OK;
+}
+
+/* ---- rebinding the same layouts ------------------------------------------------------------------
+ * A serving loop binds the same shapes every step with new pointers. A binding made by
+ * sk_binding_create remembers the layouts of its last successful bind; a bind whose tensors have
+ * the same presence, dtype, device, shape and strides only checks the pointers (non-NULL,
+ * aligned) and the scratch, then runs the op's bind. Anything else, or any check failing there,
+ * takes the full validation, which writes the message. */
+
+static void sig_record(sk_binding *b, const DLTensor *const *tensors) {
+  for (size_t i = 0; i < b->num_tensors; i++) {
+    struct sk_bind_sig *g = &b->sig[i];
+    const DLTensor *t = tensors[i];
+    memset(g, 0, sizeof *g);
+    if (!t) continue;
+    if (t->ndim > 8) { /* cannot be: the rules have at most 8 dims */
+      b->sig_valid = 0;
+      return;
+    }
+    *g = (struct sk_bind_sig){1, (uint8_t)t->ndim, t->dtype.code, t->dtype.bits, t->strides != NULL, t->dtype.lanes,
+                              (int32_t)t->device.device_type, t->device.device_id, {0}, {0}};
+    for (int d = 0; d < t->ndim; d++) {
+      g->shape[d] = t->shape[d];
+      g->strides[d] = t->strides ? t->strides[d] : 0;
+    }
+  }
+  b->sig_valid = 1;
+}
+
+static bool sig_matches(const sk_binding *b, const DLTensor *const *tensors, size_t n) {
+  if (!b->sig || !b->sig_valid || n != b->num_tensors || (n && !tensors)) return false;
+  for (size_t i = 0; i < n; i++) {
+    const struct sk_bind_sig *g = &b->sig[i];
+    const DLTensor *t = tensors[i];
+    if (!t) {
+      if (g->present) return false;
+      continue;
+    }
+    if (!g->present || t->ndim != g->ndim || t->dtype.code != g->code || t->dtype.bits != g->bits ||
+        t->dtype.lanes != g->lanes || (int32_t)t->device.device_type != g->dev_type || t->device.device_id != g->dev_id ||
+        (t->strides != NULL) != g->has_strides || !t->shape)
+      return false;
+    for (int d = 0; d < t->ndim; d++)
+      if (t->shape[d] != g->shape[d] || (t->strides && t->strides[d] != g->strides[d])) return false;
+  }
+  return true;
+}
+
+/* SK_OK: bound; SK_ERR_NOT_FOUND: take the full path (nothing reported). */
+static sk_status bind_fast(sk_binding *b, const DLTensor *const *tensors, size_t n, void *scratch, size_t bytes) {
+  const sk_plan *p = b->plan;
+  const sk_op_entry *en = &p->def->entries[b->entry];
+  for (size_t i = 0; i < n; i++) {
+    const DLTensor *t = tensors[i];
+    b->seen[i] = t;
+    b->data[i] = NULL;
+    if (!t) continue;
+    char *ptr = (char *)t->data + t->byte_offset;
+    if (!t->data || (en->tensors[i].align > 1 && (uintptr_t)ptr % en->tensors[i].align)) return SK_ERR_NOT_FOUND;
+    b->data[i] = ptr;
+  }
+  if (bind_scratch(b, scratch, bytes) != SK_OK) return SK_ERR_NOT_FOUND;
+  memset(b->state, 0, p->def->binding_state_size ? p->def->binding_state_size : 1);
+  b->num_symbols = b->sig_symbols;
+  return p->def->bind ? p->def->bind(b) : SK_OK;
 }
 
 SK_API sk_status sk_bind(sk_binding *b, const DLTensor *const *tensors, size_t n, void *scratch, size_t bytes) {
   if (!b || b->magic != BINDING_MAGIC) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_bind: binding is NULL or not a binding");
   b->bound = 0;
-  sk_status s = bind_all(b, tensors, n, scratch, bytes);
+  sk_status s = sig_matches(b, tensors, n) ? bind_fast(b, tensors, n, scratch, bytes) : SK_ERR_NOT_FOUND;
+  if (s == SK_ERR_NOT_FOUND) {
+    s = bind_all(b, tensors, n, scratch, bytes);
+    if (s == SK_OK && b->sig) sig_record(b, tensors);
+  }
   for (size_t i = 0; i < b->num_tensors; i++) b->seen[i] = NULL;
   if (s == SK_OK) b->bound = 1;
+  else b->sig_valid = 0;
   return s;
 }
 

@@ -182,6 +182,8 @@ struct sk_binding {
   sk_symbol symbols[SK_MAX_SYMBOLS];          /* the entry's bound symbols */
   int num_symbols;
   void *state;                                /* def->binding_state_size bytes */
+  struct sk_bind_sig *sig;                    /* the last full bind's tensor layouts (NULL: no fast path) */
+  int sig_valid, sig_symbols;                 /* sig holds a bind that passed; symbols before the op's bind */
 };
 
 #define SK_BINDING_STATE(b, type) ((type *)(b)->state)

@@ -66,6 +66,26 @@ static void expect_refusal(sk_binding *b, bound_case *bc, const char *tensor, co
   cr_expect_eq(sk_run(b, NULL), SK_ERR_INVALID_ARGUMENT, "%s: a failed bind left the binding runnable", case_name);
 }
 
+/* The same layouts at other addresses (the rebind fast path): every element pointer follows, the
+ * bound symbols stay; then back. */
+static void rebind_moved(sk_binding *b, bound_case *bc, const char *name) {
+  int64_t before[SK_MAX_SYMBOLS];
+  const int nsyms = b->num_symbols;
+  for (int i = 0; i < nsyms; i++) before[i] = b->symbols[i].value;
+  for (int pass = 0; pass < 2; pass++) {
+    const ptrdiff_t shift = pass ? -(ptrdiff_t)(1 << 20) : (ptrdiff_t)(1 << 20);
+    for (size_t i = 0; i < bc->n; i++) bc->dl[i].data = (char *)bc->dl[i].data + shift;
+    bc->scratch = (char *)bc->scratch + shift;
+    cr_assert_eq(sk_bind(b, bc->ptrs, bc->n, bc->scratch, bc->scratch_bytes), SK_OK, "%s: rebind moved: %s", name,
+                 sk_last_error_message());
+    for (size_t i = 0; i < bc->n; i++)
+      if (bc->ptrs[i]) cr_expect_eq(b->data[i], bc->dl[i].data, "%s: rebind kept the old pointer of tensor %zu", name, i);
+    cr_expect_eq(b->num_symbols, nsyms, "%s: rebind changed the symbol count", name);
+    for (int i = 0; i < nsyms && i < b->num_symbols; i++)
+      cr_expect_eq(b->symbols[i].value, before[i], "%s: rebind changed symbol %s", name, b->symbols[i].name);
+  }
+}
+
 /* Every generic mutation of one valid case. */
 static void check_refusals(const sk_plan *plan, sk_binding *b, bound_case *bc, const char *name) {
   sk_symbol syms[SK_MAX_SYMBOLS]; /* the valid bind's (a refused bind leaves none bound) */
@@ -262,6 +282,7 @@ static void run_cpu_cases(const skh_op *op) {
         cr_expect_eq(v, c.sym[s].value, "%s: symbol %s bound %lld, case says %lld", name, c.sym[s].name, (long long)v,
                      (long long)c.sym[s].value);
       }
+      rebind_moved(b, &bc, name);
       check_refusals(plan, b, &bc, name);
       caps_round_trip(plan, name);
       if (a == 0 && (c.flags & SKH_CPU)) reference_smoke(op, &c, bc.t, bc.n, name);

@@ -254,6 +254,49 @@ static sk_status plan_for(int recipe, int out, int64_t m, int64_t n, int64_t k, 
   return SK_OK;
 }
 
+/* Each thread's bindings of the cached plans it ran last (cached plans live as long as the
+ * process): a repeated call with the same layouts rebinds only the pointers (sk_bind's fast path).
+ * Freed at thread exit. NULL when none can be had (the call then binds a local binding). */
+#define TL_BINDINGS 4
+typedef struct tl_bindings {
+  const sk_plan *plan[TL_BINDINGS];
+  sk_binding *b[TL_BINDINGS];
+  unsigned next;
+} tl_bindings;
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+static int tl_ok;
+
+static void tl_free(void *v) {
+  tl_bindings *t = v;
+  for (int i = 0; i < TL_BINDINGS; i++) sk_binding_destroy(t->b[i]);
+  free(t);
+}
+
+static void tl_init(void) { tl_ok = pthread_key_create(&tl_key, tl_free) == 0; }
+
+static sk_binding *tl_binding(const sk_plan *p) {
+  pthread_once(&tl_once, tl_init);
+  if (!tl_ok) return NULL;
+  tl_bindings *t = pthread_getspecific(tl_key);
+  if (!t) {
+    t = calloc(1, sizeof *t);
+    if (!t || pthread_setspecific(tl_key, t)) {
+      free(t);
+      return NULL;
+    }
+  }
+  for (int i = 0; i < TL_BINDINGS; i++)
+    if (t->plan[i] == p) return t->b[i];
+  const unsigned slot = t->next++ % TL_BINDINGS;
+  sk_binding_destroy(t->b[slot]);
+  t->b[slot] = NULL;
+  t->plan[slot] = NULL;
+  if (sk_binding_create(p, NULL, &t->b[slot]) != SK_OK) return NULL;
+  t->plan[slot] = p;
+  return t->b[slot];
+}
+
 static sk_status out_type(const DLTensor *c, int *out) {
   if (!c) return sk_set_error(SK_ERR_INVALID_ARGUMENT, OP ": c is NULL");
   if (c->dtype.code == kDLBfloat && c->dtype.bits == 16) *out = 0;
@@ -278,12 +321,17 @@ SK_API sk_status sk_gemm_mm(sk_gemm_recipe recipe, const DLTensor *a_codes, cons
                         " (pad weights with sk_gemm_pack_weight)", (long long)n, (long long)k);
   sk_plan *p, *owned;
   SK_TRY(plan_for(recipe, out, m, n, k, NULL, &p, &owned));
+  const DLTensor *t[6] = {a_codes, a_scales, b_codes, b_scales, alpha, c};
+  sk_binding *tb = owned ? NULL : tl_binding(p);
+  if (tb) {
+    const sk_status s = sk_bind(tb, t, 6, workspace, workspace_bytes);
+    return s == SK_OK ? sk_run(tb, stream) : s;
+  }
   void *data[6];
   const DLTensor *seen[6];
   mm_bound state;
   sk_binding b;
   sk_binding_local(&b, p, 0, data, seen, &state);
-  const DLTensor *t[6] = {a_codes, a_scales, b_codes, b_scales, alpha, c};
   sk_status s = sk_bind(&b, t, 6, workspace, workspace_bytes);
   if (s == SK_OK) s = sk_run(&b, stream);
   sk_plan_destroy(owned);
