@@ -129,11 +129,12 @@ SK_API void sk_comm_destroy(sk_comm *comm);
 SK_API sk_status sk_comm_allreduce(sk_comm *comm, const DLTensor *in, const DLTensor *out, void *stream);
 
 /** One-shot all-reduce fused with the residual add and RMSNorm (per row of H):
- *    y = allreduce(x) + residual;  residual <- y (bf16);  out = bf16(y * rsqrt(mean(y^2) + eps) * weight)
- *  x [M, H] bf16, residual [M, H] bf16 (read and written), weight [H] bf16, out [M, H] bf16;
- *  H a multiple of 8 and at most 16384; M * H * 2 <= max_bytes; eps > 0. y is the bf16 rounding of
- *  the fp32 sum (the residual stream stays bf16, as upstream); the norm is computed from that bf16
- *  y in fp32. */
+ *    y = bf16(s + residual) with s the fp32 rank-order sum of x;  residual <- y;
+ *    out = bf16(y * rsqrt(mean(y^2) + eps) * weight)   (fp32, from the bf16 y)
+ *  x [M, H] bf16, residual [M, H] bf16 (read and written), weight [H] bf16, out [M, H] bf16, all
+ *  contiguous and 16-byte aligned; H a multiple of 8 and at most 16384; M * H * 2 <= max_bytes;
+ *  eps > 0. residual is bitwise identical on every rank, and so is out (every rank runs the same
+ *  reduction tree). */
 SK_API sk_status sk_comm_allreduce_add_rmsnorm(sk_comm *comm, const DLTensor *x, const DLTensor *residual,
                                                const DLTensor *weight, float eps, const DLTensor *out,
                                                void *stream);
