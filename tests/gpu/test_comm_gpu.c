@@ -68,6 +68,8 @@ static int check_sum(int rank, int world, const uint16_t *out, int64_t n, int sa
 typedef int (*rank_body)(sk_comm *c, int rank, int world, cudaStream_t s);
 
 static int child(const char *path, int rank, int world, double timeout, rank_body body) {
+  /* the kernels prebuilt by tools/gpu-run.sh (sk-warm over the manifests), as gpu_test_setup does */
+  if (getenv("SK_GPU_TEST_CACHE")) setenv("SPARKINFER_CACHE_DIR", getenv("SK_GPU_TEST_CACHE"), 1);
   CUDA_CHILD(cudaSetDevice(0));
   CUDA_CHILD(cudaFree(0));
   sk_comm_config cfg = SK_COMM_CONFIG_INIT;
