@@ -9,6 +9,7 @@
 #include "runtime.h"
 
 sk_driver_api sk_cu;
+_Static_assert(sizeof(sk_cu_ipc_handle) == sizeof(CUipcMemHandle), "sk_cu_ipc_handle mirrors CUipcMemHandle");
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static sk_status driver_status = SK_ERR_NO_DRIVER;
@@ -64,6 +65,15 @@ static void driver_load(void) {
       SK_ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 0),
       SK_ENTRY(cuStreamSynchronize, 2000, 0),
       SK_ENTRY(cuMemcpyDtoH, 3020, 0),
+      SK_ENTRY(cuMemAlloc, 3020, 0),
+      SK_ENTRY(cuMemFree, 3020, 0),
+      SK_ENTRY(cuMemsetD8, 3020, 0),
+      SK_ENTRY(cuMemcpyHtoD, 3020, 0),
+      SK_ENTRY(cuMemcpyDtoHAsync, 3020, 0),
+      SK_ENTRY(cuCtxSynchronize, 2000, 0),
+      SK_ENTRY(cuIpcGetMemHandle, 4010, 0),
+      SK_ENTRY(cuIpcOpenMemHandle, 11000, 0),
+      SK_ENTRY(cuIpcCloseMemHandle, 4010, 0),
 #undef SK_ENTRY
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -60,6 +60,7 @@ sk_status sk_driver_ensure(void);
 sk_status sk_driver_ensure_context(void);
 /* Driver entry points used across the runtime; valid after sk_driver_ensure() == SK_OK. */
 typedef int sk_cu_result; /* CUresult */
+typedef struct sk_cu_ipc_handle { char reserved[64]; } sk_cu_ipc_handle; /* CUipcMemHandle */
 typedef struct sk_driver_api {
   sk_cu_result (*cuInit)(unsigned);
   sk_cu_result (*cuDriverGetVersion)(int *);
@@ -92,6 +93,17 @@ typedef struct sk_driver_api {
   sk_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, void *, int, size_t);
   sk_cu_result (*cuStreamSynchronize)(void *);                            /* optional */
   sk_cu_result (*cuMemcpyDtoH)(void *, unsigned long long, size_t);      /* optional (v2) */
+  /* comm.pcie (ops/comm/comm.c): device buffers shared through legacy CUDA IPC; all optional,
+   * the communicator checks them */
+  sk_cu_result (*cuMemAlloc)(unsigned long long *, size_t);                          /* v2 */
+  sk_cu_result (*cuMemFree)(unsigned long long);                                     /* v2 */
+  sk_cu_result (*cuMemsetD8)(unsigned long long, unsigned char, size_t);             /* v2 */
+  sk_cu_result (*cuMemcpyHtoD)(unsigned long long, const void *, size_t);            /* v2 */
+  sk_cu_result (*cuMemcpyDtoHAsync)(void *, unsigned long long, size_t, void *);     /* v2 */
+  sk_cu_result (*cuCtxSynchronize)(void);
+  sk_cu_result (*cuIpcGetMemHandle)(sk_cu_ipc_handle *, unsigned long long);
+  sk_cu_result (*cuIpcOpenMemHandle)(unsigned long long *, sk_cu_ipc_handle, unsigned); /* v2 */
+  sk_cu_result (*cuIpcCloseMemHandle)(unsigned long long);
 } sk_driver_api;
 extern sk_driver_api sk_cu;
 /* Set an SK_ERR_CUDA error naming the call and the driver's error name/string. */
