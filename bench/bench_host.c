@@ -1,8 +1,9 @@
 /* bench_host - the host side of every op, no GPU needed: for the first SKH_BENCH case of each op
  * (or every bench case with --all), the time of the plan's selection (sk_plan_select_only: caps
  * checks, tile choice, scratch layout; a real sk_plan_create adds one memory-table hit per kernel,
- * ~0.1 us each, see bench_runtime) and of sk_bind over fake device views (the spine's validation
- * plus the op's launch geometry) for a plan of sm_90a (or --arch). Medians of 7 rounds.
+ * ~0.1 us each, see bench_runtime) and of sk_bind over fake device views: the full validation
+ * plus the op's launch geometry, and a rebind of the same layouts (pointers and scratch checked
+ * only), for a plan of sm_90a (or --arch). Medians of 7 rounds.
  * SK_BENCH_JSON=FILE writes bench/results.py rows (op "host", metric "us").
  *   bench_host [--arch ARCH] [--all] [--op NAME] */
 #include <stdio.h>
@@ -28,15 +29,6 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static sk_status select_case(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan) {
-  const sk_op_def *def = sk_find_op(op->op);
-  unsigned char caps[SKH_MAX_CAPS];
-  memcpy(caps, c->caps, sizeof caps);
-  memcpy(caps + def->caps_arch_offset, &arch, sizeof arch);
-  sk_arch_props props;
-  sk_arch_table_devices(arch, &props, 1);
-  return sk_plan_select_only(def, caps, &props, plan);
-}
 
 /* The CPU's model name (Linux), for the rows' "gpu" column. */
 static void cpu_name(char *buf, size_t n) {
@@ -72,7 +64,7 @@ int main(int argc, char **argv) {
   char date[16];
   const time_t t0 = time(NULL);
   strftime(date, sizeof date, "%Y-%m-%d", gmtime(&t0));
-  printf("host times on %s (median of 7 rounds)\n\n| op | case | select us | bind us |\n|---|---|---|---|\n", arch);
+  printf("host times on %s (median of 7 rounds)\n\n| op | case | select us | bind us | rebind us (same layouts) |\n|---|---|---|---|---|\n", arch);
   char cpu[160];
   cpu_name(cpu, sizeof cpu);
   int status = 0;
@@ -84,7 +76,7 @@ int main(int argc, char **argv) {
       op->get(i, &c);
       if (!(c.flags & SKH_BENCH)) continue;
       sk_plan *plan;
-      const sk_status ps = select_case(op, &c, arch, &plan);
+      const sk_status ps = skh_plan_offline(op, &c, arch, &plan);
       if (ps == SK_ERR_UNSUPPORTED) continue;
       if (ps != SK_OK) {
         fprintf(stderr, "%s [%s]: plan: %s\n", op->op, c.name, sk_last_error_message());
@@ -118,28 +110,37 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s [%s]: bind: %s\n", op->op, c.name, sk_last_error_message());
         status = 1;
       } else {
-        double sel[7], bnd[7];
+        double sel[7], bnd[7], reb[7];
         for (int r = 0; r < 7; r++) {
           const int reps_sel = 200, reps_bind = 20000;
           double a = now_ns();
           for (int k = 0; k < reps_sel; k++) {
             sk_plan *p2;
-            if (select_case(op, &c, arch, &p2) == SK_OK) sk_plan_destroy(p2);
+            if (skh_plan_offline(op, &c, arch, &p2) == SK_OK) sk_plan_destroy(p2);
           }
           sel[r] = (now_ns() - a) / reps_sel / 1e3;
           a = now_ns();
-          for (int k = 0; k < reps_bind; k++) sk_bind(b, ptrs, n, (void *)addr, spec.bytes);
+          for (int k = 0; k < reps_bind; k++) {
+            b->sig_valid = 0; /* the full validation, as for new layouts */
+            sk_bind(b, ptrs, n, (void *)addr, spec.bytes);
+          }
           bnd[r] = (now_ns() - a) / reps_bind / 1e3;
+          a = now_ns();
+          for (int k = 0; k < reps_bind; k++) sk_bind(b, ptrs, n, (void *)addr, spec.bytes);
+          reb[r] = (now_ns() - a) / reps_bind / 1e3;
         }
         qsort(sel, 7, sizeof sel[0], cmp);
         qsort(bnd, 7, sizeof bnd[0], cmp);
-        printf("| %s | %s | %.3f | %.3f |\n", op->op, c.name, sel[3], bnd[3]);
+        qsort(reb, 7, sizeof reb[0], cmp);
+        printf("| %s | %s | %.3f | %.3f | %.3f |\n", op->op, c.name, sel[3], bnd[3], reb[3]);
+        static const char *const what[3] = {"plan selection", "sk_bind", "sk_bind, same layouts"};
+        const double *med[3] = {sel, bnd, reb};
         if (json)
-          for (int w = 0; w < 2; w++)
+          for (int w = 0; w < 3; w++)
             fprintf(json,
                     "{\"op\":\"host\",\"case\":\"%s %s: %s\",\"us\":%.4f,\"metric\":\"us\",\"value\":%.4f,"
                     "\"gpu\":\"%s\",\"date\":\"%s\",\"commit\":\"%s\"}\n",
-                    op->op, c.name, w ? "sk_bind" : "plan selection", w ? bnd[3] : sel[3], w ? bnd[3] : sel[3], cpu,
+                    op->op, c.name, what[w], med[w][3], med[w][3], cpu,
                     date, SK_GIT_COMMIT);
       }
       sk_binding_destroy(b);

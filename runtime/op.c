@@ -1034,18 +1034,17 @@ static void sig_record(sk_binding *b, const DLTensor *const *tensors) {
   for (size_t i = 0; i < b->num_tensors; i++) {
     struct sk_bind_sig *g = &b->sig[i];
     const DLTensor *t = tensors[i];
-    memset(g, 0, sizeof *g);
+    g->present = t != NULL;
     if (!t) continue;
     if (t->ndim > 8) { /* cannot be: the rules have at most 8 dims */
       b->sig_valid = 0;
       return;
     }
-    *g = (struct sk_bind_sig){1, (uint8_t)t->ndim, t->dtype.code, t->dtype.bits, t->strides != NULL, t->dtype.lanes,
-                              (int32_t)t->device.device_type, t->device.device_id, {0}, {0}};
-    for (int d = 0; d < t->ndim; d++) {
-      g->shape[d] = t->shape[d];
-      g->strides[d] = t->strides ? t->strides[d] : 0;
-    }
+    g->ndim = (uint8_t)t->ndim, g->code = t->dtype.code, g->bits = t->dtype.bits, g->lanes = t->dtype.lanes;
+    g->has_strides = t->strides != NULL;
+    g->dev_type = (int32_t)t->device.device_type, g->dev_id = t->device.device_id;
+    memcpy(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    if (t->strides) memcpy(g->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
   }
   b->sig_valid = 1;
 }

@@ -25,14 +25,8 @@ static const char *const archs[] = {"sm_90a", "sm_120a", "sm_121a"};
 
 /* A plan from the selection alone, for `arch` with the table's first device. */
 static sk_status cpu_plan(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan) {
-  const sk_op_def *def = sk_find_op(op->op);
-  cr_assert(def, "case table %s names no registered op", op->op);
-  unsigned char caps[SKH_MAX_CAPS];
-  memcpy(caps, c->caps, sizeof caps);
-  memcpy(caps + def->caps_arch_offset, &arch, sizeof arch);
-  sk_arch_props props;
-  sk_arch_table_devices(arch, &props, 1);
-  return sk_plan_select_only(def, caps, &props, plan);
+  cr_assert(sk_find_op(op->op), "case table %s names no registered op", op->op);
+  return skh_plan_offline(op, c, arch, plan);
 }
 
 typedef struct bound_case {

@@ -288,6 +288,17 @@ int skh_compare(const skh_tensor *t, const skh_tolerance *tol, char *err, size_t
 
 /* ---- plans ------------------------------------------------------------------------------------- */
 
+sk_status skh_plan_offline(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan) {
+  const sk_op_def *def = sk_find_op(op->op);
+  if (!def) return sk_set_error(SK_ERR_NOT_FOUND, "no op %s", op->op);
+  unsigned char caps[SKH_MAX_CAPS];
+  memcpy(caps, c->caps, sizeof caps);
+  memcpy(caps + def->caps_arch_offset, &arch, sizeof arch);
+  sk_arch_props props;
+  sk_arch_table_devices(arch, &props, 1);
+  return sk_plan_select_only(def, caps, &props, plan);
+}
+
 sk_status skh_plan(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan) {
   const sk_op_def *def = sk_find_op(op->op);
   if (!def) return sk_set_error(SK_ERR_NOT_FOUND, "no op %s", op->op);

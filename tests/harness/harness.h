@@ -154,5 +154,8 @@ void skh_tensors_free(skh_tensor *t, size_t n);
 int skh_compare(const skh_tensor *t, const skh_tolerance *tol, char *err, size_t errlen);
 /* Create the plan of a case; arch NULL = the caps' (the device's). */
 sk_status skh_plan(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan);
+/* The case's plan for `arch` by selection alone (no kernels resolved, no GPU): the arch table's
+ * first device's properties. For the CPU suite and bench_host. */
+sk_status skh_plan_offline(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan);
 
 #endif
