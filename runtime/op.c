@@ -582,6 +582,55 @@ void sk_plan_tensor_shape(sk_plan *p, size_t entry, size_t tensor, const char *s
   parse_rule(shape, p, &p->def->entries[entry], &p->dims[p->rule_base[entry] + tensor]);
 }
 
+/* The field table's rules on a C caps struct (what the JSON codec enforces on manifests): counts
+ * and sizes in their ranges, enums among their values, flags 0 or 1. An op's check_caps then
+ * states only the rules between fields. */
+static sk_status caps_check_fields(const sk_op_def *def, const void *caps) {
+  const char *op = def->info.name;
+  for (size_t i = 0; def->caps_fields && i < def->num_caps_fields; i++) {
+    const sk_caps_field *f = &def->caps_fields[i];
+    const char *at = (const char *)caps + f->offset;
+    switch (f->type) {
+    case SK_CAPS_I64:
+    case SK_CAPS_I32: {
+      const int64_t v = f->type == SK_CAPS_I64 ? *(const int64_t *)(const void *)at : *(const int *)(const void *)at;
+      if (v < f->lo || v > f->hi) {
+        if (f->required && v == 0)
+          return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: caps.%s is required (at least %lld), got 0", op, f->name,
+                              (long long)f->lo);
+        return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: caps.%s = %lld must be in [%lld, %lld]", op, f->name,
+                            (long long)v, (long long)f->lo, (long long)f->hi);
+      }
+      break;
+    }
+    case SK_CAPS_BOOL: {
+      const int v = *(const int *)(const void *)at;
+      if (v != 0 && v != 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: caps.%s = %d must be 0 or 1", op, f->name, v);
+      break;
+    }
+    case SK_CAPS_ENUM: {
+      const int v = *(const int *)(const void *)at;
+      bool known = false;
+      for (int e = 0; e < f->count && !known; e++) known = (f->values ? f->values[e] : e) == v;
+      if (!known) {
+        char list[256];
+        size_t used = 0;
+        list[0] = 0;
+        for (int e = 0; e < f->count && used < sizeof list; e++) {
+          const int w = snprintf(list + used, sizeof list - used, "%s%s", e ? ", " : "", f->names[e]);
+          if (w < 0) break;
+          used += (size_t)w;
+        }
+        return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: caps.%s = %d is not one of its values (%s)", op, f->name, v, list);
+      }
+      break;
+    }
+    case SK_CAPS_F32: break;
+    }
+  }
+  return SK_OK;
+}
+
 /* Caps read + arch + check + selection with `props` (NULL: the arch's, from the device or the
  * table). */
 static sk_status plan_build(const sk_op_def *def, const void *caps, const sk_arch_props *props, bool caps_normalised,
@@ -596,6 +645,7 @@ static sk_status plan_build(const sk_op_def *def, const void *caps, const sk_arc
   if (s == SK_OK) *arch_slot = p->arch;
   if (s == SK_OK && !sk_op_def_supports(def, p->arch))
     s = sk_set_error(SK_ERR_UNSUPPORTED, "%s: arch %s is not supported (supported: %s)", op, p->arch, def->info.archs);
+  if (s == SK_OK) s = caps_check_fields(def, p->caps);
   if (s == SK_OK && def->check_caps) s = def->check_caps(p->caps);
   if (s == SK_OK) {
     if (props) p->props = *props;

@@ -664,16 +664,21 @@ static void expect_refused(const char *op, const void *caps, sk_status want, con
 Test(gemm_ops, bad_caps_are_refused_with_a_message) {
   sk_gemm_caps c = mm_caps(SK_GEMM_NVFP4, 0, 4096, 4096, 16);
   c.recipe = (sk_gemm_recipe)5;
-  expect_refused("gemm.blockscaled", &c, SK_ERR_INVALID_ARGUMENT, "unknown recipe 5");
+  expect_refused("gemm.blockscaled", &c, SK_ERR_INVALID_ARGUMENT, "caps.recipe = 5 is not one of its values");
   c = mm_caps(SK_GEMM_NVFP4, 3, 4096, 4096, 16);
-  expect_refused("gemm.blockscaled", &c, SK_ERR_INVALID_ARGUMENT, "out must be");
-  static const int64_t bad_nk[][2] = {{0, 4096}, {4096, 0}, {4096, 4000}, {4096, 64}, {4096, ((int64_t)1 << 30) + 128}};
+  expect_refused("gemm.blockscaled", &c, SK_ERR_INVALID_ARGUMENT, "caps.out = 3");
+  /* ranges are the field table's (the spine's message), the multiple of 128 the op's */
+  static const struct {
+    int64_t n, k;
+    const char *needle;
+  } bad_nk[] = {{0, 4096, "caps.n is required"}, {4096, 0, "caps.k is required"}, {4096, 4000, "K a positive multiple of 128"},
+                {4096, 64, "caps.k = 64 must be in [128, "}, {4096, ((int64_t)1 << 30) + 128, "caps.k = 1073741952"}};
   for (size_t i = 0; i < sizeof bad_nk / sizeof *bad_nk; i++) {
-    c = mm_caps(SK_GEMM_NVFP4, 0, bad_nk[i][0], bad_nk[i][1], 16);
-    expect_refused("gemm.blockscaled", &c, SK_ERR_INVALID_ARGUMENT, "K a positive multiple of 128");
+    c = mm_caps(SK_GEMM_NVFP4, 0, bad_nk[i].n, bad_nk[i].k, 16);
+    expect_refused("gemm.blockscaled", &c, SK_ERR_INVALID_ARGUMENT, bad_nk[i].needle);
     for (int kind = 0; kind < 3; kind++) {
-      const sk_gemm_linear_caps lc = linear_caps(bad_nk[i][0], bad_nk[i][1], 16, 0);
-      expect_refused(linear_ops[kind], &lc, SK_ERR_INVALID_ARGUMENT, "K a positive multiple of 128");
+      const sk_gemm_linear_caps lc = linear_caps(bad_nk[i].n, bad_nk[i].k, 16, 0);
+      expect_refused(linear_ops[kind], &lc, SK_ERR_INVALID_ARGUMENT, bad_nk[i].needle);
     }
   }
   static const int64_t bad_m[] = {0, -1, (int64_t)INT32_MAX + 1};
@@ -691,7 +696,7 @@ Test(gemm_ops, bad_caps_are_refused_with_a_message) {
   sk_gemm_linear_caps lc = linear_caps(128, (int64_t)1 << 20, (int64_t)1 << 15, 0);
   expect_refused("gemm.block_fp8_linear", &lc, SK_ERR_INVALID_ARGUMENT, "max_m x K <= 2^34");
   lc = linear_caps(4096, 4096, 16, 7);
-  expect_refused("gemm.mxfp8_linear", &lc, SK_ERR_INVALID_ARGUMENT, "out must be");
+  expect_refused("gemm.mxfp8_linear", &lc, SK_ERR_INVALID_ARGUMENT, "caps.out = 7");
   /* the spine's rules: struct_size, arch form, arch support */
   c = mm_caps(SK_GEMM_NVFP4, 0, 4096, 4096, 16);
   c.struct_size = 8;

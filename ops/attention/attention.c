@@ -46,60 +46,38 @@ static bool dims_supported(int dqk, int dvo) {
 }
 
 /* The checks both ops share. */
-static sk_status check_common(const char *op, sk_dtype dtype, int hq, int hkv, int dqk, int dvo, float sm_scale,
-                              int64_t max_batch, int64_t max_total_q, int split, int64_t items, int64_t partial) {
-  if (dtype != SK_DTYPE_BF16 && dtype != SK_DTYPE_FP16)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: dtype must be SK_DTYPE_BF16 or SK_DTYPE_FP16", op);
-  if (hq < 1 || hkv < 1 || hq % hkv || hq > 4096)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: num_heads_q = %d must be a positive multiple of num_heads_kv = %d (at most 4096)",
-                        op, hq, hkv);
+/* Between fields (the spine checked each field against the caps field tables below). */
+static sk_status check_common(const char *op, int hq, int hkv, int dqk, int dvo, float sm_scale) {
+  if (hq % hkv)
+    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: num_heads_q = %d must be a multiple of num_heads_kv = %d", op, hq, hkv);
   if (!dims_supported(dqk, dvo))
     return sk_set_error(SK_ERR_UNSUPPORTED, "%s: head dims (%d, %d): supported (64, 64), (128, 128), (256, 256), (192, 128)",
                         op, dqk, dvo);
   if (!(sm_scale >= 0.0f) || !isfinite(sm_scale))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: sm_scale must be 0 (the default) or a positive finite number", op);
-  if (max_batch < 1 || max_batch > (1 << 20))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: max_batch = %lld must be in [1, 2^20]", op, (long long)max_batch);
-  if (max_total_q < 1 || max_total_q > (1 << 24))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: max_total_q = %lld must be in [1, 2^24]", op, (long long)max_total_q);
-  if (split != 0 && split != 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: split_kv must be 0 or 1", op);
-  if (items < 0 || items > (1 << 26) || partial < 0 || partial > (1 << 26))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: max_work_items and max_partial_rows must be in [0, 2^26]", op);
   return SK_OK;
 }
 
 static sk_status paged_check(void *caps) {
   sk_attn_paged_caps *c = caps;
   if (c->max_total_q == 0) c->max_total_q = c->max_batch;
-  SK_TRY(check_common("attention.paged", c->dtype, c->num_heads_q, c->num_heads_kv, c->head_dim_qk, c->head_dim_vo,
-                      c->sm_scale, c->max_batch, c->max_total_q, c->split_kv, c->max_work_items, c->max_partial_rows));
-  if (c->kv_fp8 != 0 && c->kv_fp8 != 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.paged: kv_fp8 must be 0 or 1");
+  SK_TRY(check_common("attention.paged", c->num_heads_q, c->num_heads_kv, c->head_dim_qk, c->head_dim_vo, c->sm_scale));
   if (c->page_size < 16 || c->page_size > 128 || (c->page_size & (c->page_size - 1)))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.paged: page_size = %d must be a power of two in [16, 128]",
                         c->page_size);
-  if (c->mode != SK_ATTN_DECODE && c->mode != SK_ATTN_EXTEND)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.paged: mode must be SK_ATTN_DECODE or SK_ATTN_EXTEND");
   if (c->mode == SK_ATTN_DECODE && c->max_total_q != c->max_batch)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.paged: decode takes one token per request: max_total_q = %lld "
                         "must equal max_batch = %lld", (long long)c->max_total_q, (long long)c->max_batch);
-  if (c->max_pages_per_seq < 1 || c->max_pages_per_seq * c->page_size > INT32_MAX)
+  if (c->max_pages_per_seq * c->page_size > INT32_MAX)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.paged: max_pages_per_seq = %lld must be >= 1 with at most 2^31 "
                         "keys per request", (long long)c->max_pages_per_seq);
-  if (c->window_left < -1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.paged: window_left must be >= -1");
   return SK_OK;
 }
 
 static sk_status varlen_check(void *caps) {
   sk_attn_varlen_caps *c = caps;
   if (c->max_total_k == 0) c->max_total_k = c->max_total_q;
-  SK_TRY(check_common("attention.varlen", c->dtype, c->num_heads_q, c->num_heads_kv, c->head_dim_qk, c->head_dim_vo,
-                      c->sm_scale, c->max_batch, c->max_total_q, c->split_kv, c->max_work_items, c->max_partial_rows));
-  if (c->max_total_k < 1 || c->max_total_k > INT32_MAX)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.varlen: max_total_k = %lld must be in [1, 2^31)",
-                        (long long)c->max_total_k);
-  if (c->window_left < -1 || c->window_right < -1)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "attention.varlen: window_left and window_right must be >= -1");
-  return SK_OK;
+  return check_common("attention.varlen", c->num_heads_q, c->num_heads_kv, c->head_dim_qk, c->head_dim_vo, c->sm_scale);
 }
 
 /* Resident CTAs per SM of a configuration without a GPU: what shared memory and threads allow. */

@@ -194,11 +194,20 @@ static sk_status peer(const char *path, int rank, int world, const void *blob, s
   }
   rv_hello h = {RV_MAGIC, RV_VERSION, (uint32_t)rank, (uint32_t)world, (uint64_t)size};
   rv_reply r;
-  sk_status s = io_all(fd, &h, sizeof h, 1, deadline, "hello");
-  if (s == SK_OK) s = io_all(fd, (void *)blob, size, 1, deadline, "blob");
+  sk_status sent = io_all(fd, &h, sizeof h, 1, deadline, "hello");
+  if (sent == SK_OK) sent = io_all(fd, (void *)blob, size, 1, deadline, "blob");
+  char send_msg[RV_MSG + 64] = "";
+  if (sent != SK_OK) snprintf(send_msg, sizeof send_msg, "%s", sk_last_error_message());
   /* Rank 0 answers by its own deadline, later than ours by up to the start skew: wait one more
-   * timeout for the answer, as it always comes or the connection closes. */
-  if (s == SK_OK) s = io_all(fd, &r, sizeof r, 0, deadline + timeout_s + 1.0, "reply from rank 0");
+   * timeout for the answer, as it always comes or the connection closes. A refusal can arrive
+   * before our blob is sent (rank 0 replies to the hello and closes: the send then fails with
+   * EPIPE), so the reply is read after a failed send too, briefly. */
+  sk_status s = io_all(fd, &r, sizeof r, 0, sent == SK_OK ? deadline + timeout_s + 1.0 : sk_now_seconds() + 1.0,
+                       "reply from rank 0");
+  if (sent != SK_OK && !(s == SK_OK && r.magic == RV_MAGIC && r.status != 0)) {
+    close(fd);
+    return sk_set_error(sent, "rendezvous %s: rank %d: %s", path, rank, send_msg);
+  }
   if (s == SK_OK && (r.magic != RV_MAGIC))
     s = sk_set_error(SK_ERR_IO, "rendezvous %s: rank %d got a malformed reply", path, rank);
   else if (s == SK_OK && r.status != 0) {

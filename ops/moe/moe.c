@@ -50,43 +50,26 @@ typedef struct moe_bound {
 } moe_bound;
 
 
+/* Between fields (the spine checked each field against caps_fields). */
 static sk_status check(void *caps, int ep) {
   sk_moe_caps *c = caps;
   const char *op = ep ? "moe.ep_moe" : "moe.fused_moe";
-  if (c->recipe != SK_MOE_RECIPE_W4A16 && c->recipe != SK_MOE_RECIPE_NVFP4)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: recipe must be SK_MOE_RECIPE_W4A16 or _NVFP4", op);
-  if (c->weights != SK_MOE_WEIGHTS_NVFP4 && c->weights != SK_MOE_WEIGHTS_MXFP4)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: weights must be SK_MOE_WEIGHTS_NVFP4 or _MXFP4", op);
   if (c->recipe == SK_MOE_RECIPE_NVFP4 && c->weights != SK_MOE_WEIGHTS_NVFP4)
     return sk_set_error(SK_ERR_UNSUPPORTED, "%s: the NVFP4 (W4A4) recipe takes NVFP4 weights", op);
-  if (c->activation < SK_MOE_ACTIVATION_SILU || c->activation > SK_MOE_ACT_SWIGLU_OAI)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: unknown activation", op);
-  if (c->num_experts < 1 || c->num_experts > SK_MOE_MAX_EXPERTS)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: num_experts = %lld must be in [1, %d]", op, (long long)c->num_experts,
-                        SK_MOE_MAX_EXPERTS);
   if (c->num_global_experts == 0) c->num_global_experts = c->num_experts;
-  if (c->num_global_experts < c->num_experts || c->num_global_experts > SK_MOE_MAX_EXPERTS)
+  if (c->num_global_experts < c->num_experts)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: num_global_experts = %lld must be in [num_experts, %d]", op,
                         (long long)c->num_global_experts, SK_MOE_MAX_EXPERTS);
   if (!ep && c->num_global_experts != c->num_experts)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: num_global_experts must equal num_experts (moe.ep_moe maps them)", op);
   const int nmul = c->weights == SK_MOE_WEIGHTS_MXFP4 ? 32 : 16;
-  if (c->hidden < 32 || c->hidden % 32 || c->hidden > (1 << 20))
+  if (c->hidden % 32)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: hidden = %lld must be a positive multiple of 32", op, (long long)c->hidden);
-  if (c->intermediate < nmul || c->intermediate % nmul || c->intermediate > (1 << 20))
+  if (c->intermediate % nmul)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: intermediate = %lld must be a positive multiple of %d", op,
                         (long long)c->intermediate, nmul);
-  if (c->topk < 1 || c->topk > SK_MOE_MAX_TOPK)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: topk = %d must be in [1, %d]", op, c->topk, SK_MOE_MAX_TOPK);
-  if (c->max_tokens < 1 || c->max_tokens > (1 << 24))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: max_tokens = %lld must be in [1, 2^24]", op, (long long)c->max_tokens);
-  if (c->routing < SK_MOE_ROUTES_GIVEN || c->routing > SK_MOE_ROUTES_SOFTMAX_TOPK)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: unknown routing", op);
   if (c->routing != SK_MOE_ROUTES_GIVEN && c->ids_int64)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: routing in the op writes int32 ids; set ids_int64 = 0", op);
-  if ((c->ids_int64 != 0 && c->ids_int64 != 1) || (c->deterministic != 0 && c->deterministic != 1) ||
-      (c->apply_router_weight_on_input != 0 && c->apply_router_weight_on_input != 1))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: ids_int64, deterministic and apply_router_weight_on_input are 0 or 1", op);
   if (!(c->limit >= 0) || !isfinite(c->alpha) || !isfinite(c->beta))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: limit must be >= 0 (0: the default), alpha and beta finite", op);
   return SK_OK;
