@@ -70,6 +70,7 @@ static void driver_load(void) {
       SK_ENTRY(cuMemsetD8, 3020, 0),
       SK_ENTRY(cuMemcpyHtoD, 3020, 0),
       SK_ENTRY(cuMemcpyDtoHAsync, 3020, 0),
+      SK_ENTRY(cuMemcpyAsync, 4000, 0),
       SK_ENTRY(cuCtxSynchronize, 2000, 0),
       SK_ENTRY(cuIpcGetMemHandle, 4010, 0),
       SK_ENTRY(cuIpcOpenMemHandle, 11000, 0),

@@ -100,6 +100,7 @@ typedef struct sk_driver_api {
   sk_cu_result (*cuMemsetD8)(unsigned long long, unsigned char, size_t);             /* v2 */
   sk_cu_result (*cuMemcpyHtoD)(unsigned long long, const void *, size_t);            /* v2 */
   sk_cu_result (*cuMemcpyDtoHAsync)(void *, unsigned long long, size_t, void *);     /* v2 */
+  sk_cu_result (*cuMemcpyAsync)(unsigned long long, unsigned long long, size_t, void *); /* UVA, peers too */
   sk_cu_result (*cuCtxSynchronize)(void);
   sk_cu_result (*cuIpcGetMemHandle)(sk_cu_ipc_handle *, unsigned long long);
   sk_cu_result (*cuIpcOpenMemHandle)(unsigned long long *, sk_cu_ipc_handle, unsigned); /* v2 */

@@ -95,6 +95,8 @@ Test(comm_host, entry_points_without_gpu) {
   EXPECT_REFUSED(sk_comm_connect_unix(NULL, "/tmp/x"), SK_ERR_INVALID_ARGUMENT, "comm is NULL");
   EXPECT_REFUSED(sk_comm_allreduce(NULL, NULL, NULL, NULL), SK_ERR_INVALID_ARGUMENT, "comm is NULL");
   EXPECT_REFUSED(sk_comm_allreduce_add_rmsnorm(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL), SK_ERR_INVALID_ARGUMENT, "comm is NULL");
+  EXPECT_REFUSED(sk_comm_allreduce_ring(NULL, NULL, NULL, SK_COMM_CODEC_E4M3, SK_COMM_TOPO_RING, NULL), SK_ERR_INVALID_ARGUMENT,
+                 "comm is NULL");
   EXPECT_REFUSED(sk_comm_poll_error(NULL, NULL), SK_ERR_INVALID_ARGUMENT, "comm is NULL");
   cr_expect_eq(sk_comm_rank(NULL), -1);
   cr_expect_eq(sk_comm_world_size(NULL), -1);

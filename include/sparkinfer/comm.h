@@ -60,7 +60,8 @@ extern "C" {
 #define SK_COMM_MAX_RANKS 8        /**< largest world size */
 #define SK_COMM_HANDLE_BYTES 128   /**< size of one exported handle blob */
 
-/** Wire codec of the ring all-reduce: how a 128-value block travels (ops/comm/comm.md, Codecs). */
+/** Wire codec of the ring all-reduce (sk_comm_allreduce_ring): how a 128-value block travels
+ *  (ops/comm/comm.md, Codecs). */
 typedef enum sk_comm_codec {
   SK_COMM_CODEC_BF16 = 0,  /**< 256 bytes per 128 values, RNE from fp32 */
   SK_COMM_CODEC_E4M3 = 1,  /**< 128 E4M3 codes + one fp32 scale (amax / 448): 132 bytes */
@@ -81,7 +82,9 @@ typedef struct sk_comm_config {
   int world_size;      /**< 2, 4, 6 or 8 (3, 5 and 7 also work for the one-shot collectives) */
   int device;          /**< CUDA device ordinal of this rank; -1 = the current context's device */
   size_t max_bytes;    /**< largest payload of one collective, bytes per rank (default 8 MiB, at
-                            most 1 GiB); sizes the shared buffer: 2 * max_bytes + 64 KiB */
+                            most 1 GiB); sizes the shared buffer: about 5 * max_bytes + 64 KiB
+                            (one-shot slots 2x, ring receive slots 2x + coded a2a slots ~1x,
+                            coded stage ~0.5x) */
   double timeout_s;    /**< bound of every wait, host and device (default 30, > 0, <= 3600) */
   int max_blocks;      /**< CTAs of a one-shot kernel (default 0 = 36; 1..64) */
 } sk_comm_config;
@@ -138,6 +141,20 @@ SK_API sk_status sk_comm_allreduce(sk_comm *comm, const DLTensor *in, const DLTe
 SK_API sk_status sk_comm_allreduce_add_rmsnorm(sk_comm *comm, const DLTensor *x, const DLTensor *residual,
                                                const DLTensor *weight, float eps, const DLTensor *out,
                                                void *stream);
+
+/** Ring all-reduce (sum) for large messages (prefill): reduce-scatter + all-gather around the ring
+ *  0 -> 1 -> ... -> n-1 -> 0 (or, for SK_COMM_TOPO_A2A, a quantise-once all-to-all), whose data
+ *  moves by copy-engine copies (cuMemcpyAsync into the peers' mapped buffers, enqueued on
+ *  `stream`) while small kernels wait on flags and reduce. `in`, `out`: bf16 CUDA tensors of the
+ *  same shape, contiguous, 16-byte aligned, n values with n a multiple of 8 * world_size and
+ *  n * 2 <= max_bytes; `out` may alias `in`. Wire modes (comm.md, "Ring all-reduce"):
+ *  SK_COMM_CODEC_BF16 (topology ignored) or a compressed codec x topology. A compressed codec
+ *  needs every shard (n / world_size values) to be a multiple of 128, else the call runs the BF16
+ *  ring (same results as codec BF16). Every rank's `out` is bitwise identical in every mode.
+ *  Graph capture allowed; the copies become memcpy nodes and nothing needs patching. A launch
+ *  failure midway poisons the communicator (the peers then time out). */
+SK_API sk_status sk_comm_allreduce_ring(sk_comm *comm, const DLTensor *in, const DLTensor *out, sk_comm_codec codec,
+                                        sk_comm_topology topology, void *stream);
 
 /** Read the communicator's device error word (a stream-ordered copy on `stream`, then a sync of
  *  that stream): SK_OK, or SK_ERR_TIMEOUT naming the peer a kernel waited for in vain. */

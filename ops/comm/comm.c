@@ -9,6 +9,7 @@
 
 #include "comm/comm_host.h"
 #include "comm/layout.cuh"
+#include "comm/ring_plan.h"
 #include "runtime.h"
 
 #define DEFAULT_BLOCKS 36  /* upstream's one-shot needs 36 SMs */
@@ -23,6 +24,8 @@ struct sk_comm {
   unsigned long long peer[SK_COMM_MAX_RANKS];   /* every rank's buffer as mapped here */
   int connected, poisoned;
   const sk_kernel *k_allreduce, *k_rmsnorm;
+  /* ring all-reduce (ring.cuh): index = codec (encode / hop / accum: 1..3) */
+  const sk_kernel *k_signal, *k_end, *k_add, *k_store[4], *k_encode[4], *k_hop[4], *k_accum[4];
   uint32_t err_host[2];
 };
 
@@ -133,6 +136,31 @@ static sk_status resolve(int world, const char *kind, const sk_kernel **out) {
   return SK_OK;
 }
 
+/* A ring kernel (ring.cuh): codec < 0 for the untemplated ones (params "ring"). */
+static sk_status resolve_ring(const char *kind, int codec, const sk_kernel **out) {
+  char name[64], params[32];
+  if (codec < 0) snprintf(name, sizeof name, "sk_comm::%s", kind), snprintf(params, sizeof params, "ring");
+  else snprintf(name, sizeof name, "sk_comm::%s<%d>", kind, codec), snprintf(params, sizeof params, "codec=%d", codec);
+  sk_kernel_request req = {.op = "comm.pcie", .source = "comm/ring.cuh", .name_expr = name, .params = params};
+  sk_kernel *k = NULL;
+  SK_TRY(sk_kernel_resolve(&req, &k));
+  *out = k;
+  return SK_OK;
+}
+
+static sk_status resolve_ring_all(sk_comm *c) {
+  SK_TRY(resolve_ring("ring_signal", -1, &c->k_signal));
+  SK_TRY(resolve_ring("ring_end", -1, &c->k_end));
+  SK_TRY(resolve_ring("ring_add", -1, &c->k_add));
+  for (int k = 0; k < 4; k++) SK_TRY(resolve_ring("ring_store", k, &c->k_store[k]));
+  for (int k = 1; k < 4; k++) {
+    SK_TRY(resolve_ring("ring_encode", k, &c->k_encode[k]));
+    SK_TRY(resolve_ring("ring_hop", k, &c->k_hop[k]));
+    SK_TRY(resolve_ring("ring_accum", k, &c->k_accum[k]));
+  }
+  return SK_OK;
+}
+
 SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
   if (!comm) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_comm_create: comm is NULL");
   *comm = NULL;
@@ -148,13 +176,17 @@ SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
   SK_TRY(need((void *)sk_cu.cuMemsetD8, "cuMemsetD8"));
   SK_TRY(need((void *)sk_cu.cuMemcpyHtoD, "cuMemcpyHtoD"));
   SK_TRY(need((void *)sk_cu.cuStreamSynchronize, "cuStreamSynchronize"));
+  SK_TRY(need((void *)sk_cu.cuMemcpyAsync, "cuMemcpyAsync"));
   SK_TRY(make_current(cfg.device));
   sk_comm *c = calloc(1, sizeof *c);
   if (!c) return sk_set_error(SK_ERR_OUT_OF_MEMORY, "sk_comm_create: out of host memory");
   c->cfg = cfg;
-  c->buf_bytes = SK_COMM_DATA_OFFSET + 2 * cfg.max_bytes;
+  sk_ring_plan layout;
+  sk_ring_layout(cfg.world_size, cfg.max_bytes, &layout); /* one-shot slots, then the ring area */
+  c->buf_bytes = layout.buffer_bytes;
   sk_status s = resolve(cfg.world_size, "allreduce", &c->k_allreduce);
   if (s == SK_OK) s = resolve(cfg.world_size, "add_rmsnorm", &c->k_rmsnorm);
+  if (s == SK_OK) s = resolve_ring_all(c);
   sk_cu_result r = 0;
   if (s == SK_OK && (r = sk_cu.cuMemAlloc(&c->buf, c->buf_bytes)) != 0) s = sk_cuda_error(r, "cuMemAlloc (comm.pcie buffer)");
   if (s == SK_OK && (r = sk_cu.cuMemsetD8(c->buf, 0, c->buf_bytes)) != 0) s = sk_cuda_error(r, "cuMemsetD8");
@@ -328,6 +360,81 @@ SK_API sk_status sk_comm_allreduce_add_rmsnorm(sk_comm *comm, const DLTensor *x,
   void *px = ptr(x), *pr = ptr(residual), *pw = ptr(weight), *po = ptr(out);
   void *args[] = {&own, &rank, &slot, &timeout_ns, &px, &pr, &pw, &po, &rows, &h8, &eps};
   return launch(comm, comm->k_rmsnorm, stream, args);
+}
+
+/* ---- ring all-reduce: the program of ring_plan.c issued into the stream ---------------------- */
+
+static unsigned long long ring_addr(const sk_comm *c, const sk_ring_plan *p, sk_ring_ref r, void *in, void *out) {
+  switch (r.space) {
+  case SK_RING_IN: return (unsigned long long)(uintptr_t)in + r.offset;
+  case SK_RING_OUT: return (unsigned long long)(uintptr_t)out + r.offset;
+  case SK_RING_RECV: return c->peer[r.rank] + p->recv_offset + r.offset;
+  default: return c->buf + p->stage_offset + r.offset;
+  }
+}
+
+static sk_status ring_issue(sk_comm *c, const sk_ring_plan *p, const sk_ring_op *o, void *in, void *out, void *stream) {
+  unsigned long long own = c->buf, timeout_ns = (unsigned long long)(c->cfg.timeout_s * 1e9), values = (unsigned long long)o->values;
+  unsigned long long dst = ring_addr(c, p, o->dst, in, out), src = ring_addr(c, p, o->src, in, out), a = ring_addr(c, p, o->a, in, out);
+  unsigned long long out2 = o->has_out2 ? ring_addr(c, p, o->out2, in, out) : 0, stride = o->bytes;
+  int rank = c->cfg.rank, world = c->cfg.world_size, target = o->target, slot = o->slot, wslot = o->wait_slot, wsrc = o->wait_src;
+  const sk_dim3 one = {1, 1, 1}, warp = {32, 1, 1}, grid = {(unsigned)c->cfg.max_blocks, 1, 1}, block = {SK_COMM_THREADS, 1, 1};
+  const int k = (int)o->codec;
+  switch (o->kind) {
+  case SK_RING_COPY: SK_CU(sk_cu.cuMemcpyAsync(dst, src, o->bytes, stream), "cuMemcpyAsync (comm.pcie ring copy)"); return SK_OK;
+  case SK_RING_SIGNAL: {
+    void *args[] = {&own, &target, &slot, &rank};
+    return sk_kernel_launch(c->k_signal, one, warp, 0, stream, args);
+  }
+  case SK_RING_END: {
+    void *args[] = {&own, &timeout_ns, &wslot, &wsrc};
+    return sk_kernel_launch(c->k_end, one, warp, 0, stream, args);
+  }
+  case SK_RING_ADD: {
+    void *args[] = {&own, &timeout_ns, &wslot, &wsrc, &a, &src, &dst, &values};
+    return sk_kernel_launch(c->k_add, grid, block, 0, stream, args);
+  }
+  case SK_RING_STORE: {
+    void *args[] = {&own, &timeout_ns, &wslot, &wsrc, &src, &dst, &values};
+    return sk_kernel_launch(c->k_store[k], grid, block, 0, stream, args);
+  }
+  case SK_RING_ENCODE: {
+    void *args[] = {&src, &dst, &out2, &values};
+    return sk_kernel_launch(c->k_encode[k], grid, block, 0, stream, args);
+  }
+  case SK_RING_HOP: {
+    void *args[] = {&own, &timeout_ns, &wslot, &wsrc, &src, &a, &dst, &out2, &values};
+    return sk_kernel_launch(c->k_hop[k], grid, block, 0, stream, args);
+  }
+  case SK_RING_ACCUM: {
+    void *args[] = {&own, &timeout_ns, &rank, &world, &wslot, &src, &stride, &a, &dst, &out2, &values};
+    return sk_kernel_launch(c->k_accum[k], grid, block, 0, stream, args);
+  }
+  }
+  return sk_set_error(SK_ERR_INTERNAL, "comm.pcie ring: op kind %d", (int)o->kind);
+}
+
+SK_API sk_status sk_comm_allreduce_ring(sk_comm *comm, const DLTensor *in, const DLTensor *out, sk_comm_codec codec,
+                                        sk_comm_topology topology, void *stream) {
+  static const char fn[] = "sk_comm_allreduce_ring";
+  SK_TRY(ready(comm, fn));
+  int64_t n = 0, n_out = 0;
+  SK_TRY(check_bf16(fn, "in", in, 0, &n));
+  SK_TRY(check_bf16(fn, "out", out, 0, &n_out));
+  if (n != n_out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: in has %lld elements, out %lld", fn, (long long)n, (long long)n_out);
+  sk_ring_plan plan;
+  SK_TRY(sk_ring_plan_make(comm->cfg.world_size, comm->cfg.max_bytes, n, codec, topology, &plan));
+  sk_ring_op ops[SK_RING_MAX_OPS];
+  const int count = sk_ring_program(&plan, comm->cfg.rank, ops);
+  for (int i = 0; i < count; i++) {
+    sk_status s = ring_issue(comm, &plan, &ops[i], ptr(in), ptr(out), stream);
+    /* a failure mid-program leaves the peers waiting (they time out); this rank cannot continue */
+    if (s != SK_OK) {
+      comm->poisoned = 1;
+      return sk_wrap_error(s, "%s: rank %d, op %d of %d (the communicator is unusable now)", fn, comm->cfg.rank, i, count);
+    }
+  }
+  return SK_OK;
 }
 
 SK_API sk_status sk_comm_poll_error(sk_comm *comm, void *stream) {

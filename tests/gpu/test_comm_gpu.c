@@ -2,7 +2,9 @@
  * itself; the parent never touches CUDA): the one-shot all-reduce and the fused all-reduce +
  * residual add + RMSNorm against the CPU (bitwise against the fp32 rank-order sum, and within
  * bf16 rounding of a double-precision sum), CUDA graph capture and replay with new inputs and no
- * host patching, and a killed peer reported as SK_ERR_TIMEOUT in bounded time. Written without a
+ * host patching, and a killed peer reported as SK_ERR_TIMEOUT in bounded time; the copy-engine
+ * ring all-reduce in its ten wire modes bit for bit against the CPU simulation of the whole
+ * collective (ops/comm/ref_ring.c), in graphs, interleaved with the one-shot, and with a dead peer. Written without a
  * GPU: never run yet (ops/comm/comm.md says what ran where). */
 #include <criterion/criterion.h>
 #include <cuda_runtime.h>
@@ -12,6 +14,7 @@
 
 #include "base.h"
 #include "comm/codec.cuh"
+#include "comm/ring_plan.h"
 #include "sparkinfer/comm.h"
 #include "testutil.h"
 
@@ -268,6 +271,163 @@ static int dead_peer(sk_comm *c, int rank, int world, cudaStream_t s) {
   if (sk_comm_allreduce(c, &t, &t, s) != SK_ERR_TIMEOUT) return 2; /* poisoned from now on */
   cudaFree(d);
   return 0;
+}
+
+/* ---- ring all-reduce: device results against the CPU simulation (ops/comm/ref_ring.c) ------ */
+
+/* What every rank must end with: the simulation of one collective over every rank's inputs. */
+static uint16_t *ring_expected(const sk_ring_plan *p, int rank, int salt) {
+  const int w = p->world;
+  uint16_t *ins[8] = {0}, *outs[8] = {0};
+  for (int r = 0; r < w; r++) {
+    ins[r] = malloc((size_t)p->n * 2), outs[r] = malloc((size_t)p->n * 2);
+    for (int64_t i = 0; i < p->n; i++) ins[r][i] = input_bf16(r, i, salt);
+  }
+  const sk_ring_plan *plans[1] = {p};
+  if (sk_ring_simulate(plans, 1, (const uint16_t *const *)ins, outs, 1) != SK_OK) {
+    fprintf(stderr, "rank %d: simulation: %s\n", rank, sk_last_error_message());
+    exit(20);
+  }
+  uint16_t *mine = outs[rank];
+  for (int r = 0; r < w; r++) {
+    free(ins[r]);
+    if (r != rank) free(outs[r]);
+  }
+  return mine;
+}
+
+static int ring_compare(int rank, const char *what, const uint16_t *got, const uint16_t *want, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (got[i] != want[i]) {
+      fprintf(stderr, "rank %d: %s: value %lld is %04x, the simulation %04x\n", rank, what, (long long)i, got[i], want[i]);
+      return 1;
+    }
+  return 0;
+}
+
+/* One ring call of n values in a mode (in place when asked) checked bit for bit. */
+static int ring_once(sk_comm *c, int rank, int world, cudaStream_t s, int64_t n, int codec, int topo, int in_place, int salt) {
+  int64_t shape[1] = {n};
+  sk_ring_plan p;
+  CHILD_OK(sk_ring_plan_make(world, (size_t)4 << 20, n, (sk_comm_codec)codec, (sk_comm_topology)topo, &p));
+  uint16_t *h = malloc((size_t)n * 2), *want = ring_expected(&p, rank, salt);
+  for (int64_t i = 0; i < n; i++) h[i] = input_bf16(rank, i, salt);
+  void *din, *dout;
+  CUDA_CHILD(cudaMalloc(&din, (size_t)n * 2));
+  CUDA_CHILD(cudaMalloc(&dout, (size_t)n * 2));
+  CUDA_CHILD(cudaMemcpy(din, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+  CUDA_CHILD(cudaMemset(dout, 0xFF, (size_t)n * 2));
+  CUDA_CHILD(cudaDeviceSynchronize());
+  DLTensor in = view(din, shape, 1), out = view(in_place ? din : dout, shape, 1);
+  CHILD_OK(sk_comm_allreduce_ring(c, &in, &out, (sk_comm_codec)codec, (sk_comm_topology)topo, s));
+  CHILD_OK(sk_comm_poll_error(c, s));
+  CUDA_CHILD(cudaMemcpy(h, in_place ? din : dout, (size_t)n * 2, cudaMemcpyDeviceToHost));
+  char what[64];
+  snprintf(what, sizeof what, "ring codec %d topology %d n %lld", codec, topo, (long long)n);
+  const int bad = ring_compare(rank, what, h, want, n);
+  free(h), free(want);
+  cudaFree(din), cudaFree(dout);
+  return bad;
+}
+
+/* The ten wire modes (BF16; E4M3 / INT8 / MXFP8 x ag / ring / a2a), sizes from one block per
+ * shard to the capacity, in place, the BF16 fallback (shard of 8 * 17 values) and refusals. */
+static int ring_modes(sk_comm *c, int rank, int world, cudaStream_t s) {
+  const int64_t sizes[] = {(int64_t)world * 128, (int64_t)world * 128 * 37, ((int64_t)2 << 20) / (128 * world) * (128 * world)};
+  int salt = 60;
+  for (int codec = 0; codec < 4; codec++)
+    for (int topo = 0; topo < (codec ? 3 : 1); topo++)
+      for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        if (ring_once(c, rank, world, s, sizes[k], codec, topo, k == 1, salt++)) return 1;
+  if (ring_once(c, rank, world, s, (int64_t)world * 8 * 17, SK_COMM_CODEC_MXFP8, SK_COMM_TOPO_A2A, 0, salt++)) return 2;
+  /* interleaved with the one-shot all-reduce: separate buffers, flags and sequence numbers */
+  if (allreduce_sizes(c, rank, world, s)) return 3;
+  if (ring_once(c, rank, world, s, (int64_t)world * 1024, SK_COMM_CODEC_INT8, SK_COMM_TOPO_RING, 0, salt++)) return 4;
+  int64_t odd[1] = {(int64_t)world * 8 + 8};
+  void *d;
+  CUDA_CHILD(cudaMalloc(&d, (size_t)8 << 20));
+  DLTensor t = view(d, odd, 1);
+  if (sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_BF16, SK_COMM_TOPO_AG, s) != SK_ERR_INVALID_ARGUMENT) return 5;
+  int64_t big[1] = {(int64_t)4 << 20};
+  t = view(d, big, 1);
+  if (sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_BF16, SK_COMM_TOPO_AG, s) != SK_ERR_INVALID_ARGUMENT) return 6;
+  int64_t ok[1] = {(int64_t)world * 128};
+  t = view(d, ok, 1);
+  if (sk_comm_allreduce_ring(c, &t, &t, (sk_comm_codec)7, SK_COMM_TOPO_AG, s) != SK_ERR_INVALID_ARGUMENT) return 7;
+  cudaFree(d);
+  return 0;
+}
+
+/* Capture one ring call per topology of MXFP8 (and BF16), replay with new inputs: no patching. */
+static int ring_graph(sk_comm *c, int rank, int world, cudaStream_t s) {
+  const int64_t n = (int64_t)world * 128 * 16;
+  int64_t shape[1] = {n};
+  void *din, *dout;
+  CUDA_CHILD(cudaMalloc(&din, (size_t)n * 2));
+  CUDA_CHILD(cudaMalloc(&dout, (size_t)n * 2));
+  DLTensor in = view(din, shape, 1), out = view(dout, shape, 1);
+  uint16_t *h = malloc((size_t)n * 2);
+  int bad = 0;
+  for (int mode = 0; mode < 4 && !bad; mode++) {
+    const int codec = mode ? SK_COMM_CODEC_MXFP8 : SK_COMM_CODEC_BF16, topo = mode ? mode - 1 : 0;
+    sk_ring_plan p;
+    CHILD_OK(sk_ring_plan_make(world, (size_t)4 << 20, n, (sk_comm_codec)codec, (sk_comm_topology)topo, &p));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_CHILD(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHILD_OK(sk_comm_allreduce_ring(c, &in, &out, (sk_comm_codec)codec, (sk_comm_topology)topo, s));
+    CUDA_CHILD(cudaStreamEndCapture(s, &g));
+    CUDA_CHILD(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 4 && !bad; rep++) {
+      const int salt = 90 + mode * 8 + rep;
+      for (int64_t i = 0; i < n; i++) h[i] = input_bf16(rank, i, salt);
+      CUDA_CHILD(cudaMemcpyAsync(din, h, (size_t)n * 2, cudaMemcpyHostToDevice, s));
+      CUDA_CHILD(cudaGraphLaunch(ge, s));
+      CHILD_OK(sk_comm_poll_error(c, s));
+      CUDA_CHILD(cudaMemcpy(h, dout, (size_t)n * 2, cudaMemcpyDeviceToHost));
+      uint16_t *want = ring_expected(&p, rank, salt);
+      bad = ring_compare(rank, "ring graph replay", h, want, n);
+      free(want);
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+  free(h);
+  cudaFree(din), cudaFree(dout);
+  return bad;
+}
+
+/* A peer that never arrives: the ring call ends within about the timeout, naming it. */
+static int ring_dead_peer(sk_comm *c, int rank, int world, cudaStream_t s) {
+  if (rank == world - 1) return 0;
+  int64_t shape[1] = {(int64_t)world * 1024};
+  void *d;
+  CUDA_CHILD(cudaMalloc(&d, (size_t)world * 2048));
+  CUDA_CHILD(cudaMemset(d, 0, (size_t)world * 2048));
+  DLTensor t = view(d, shape, 1);
+  const double t0 = sk_now_seconds();
+  CHILD_OK(sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_E4M3, SK_COMM_TOPO_RING, s));
+  sk_status st = sk_comm_poll_error(c, s);
+  const double took = sk_now_seconds() - t0;
+  if (st != SK_ERR_TIMEOUT || took > 10) {
+    fprintf(stderr, "rank %d: ring: %s after %.1f s: %s\n", rank, sk_status_string(st), took, sk_last_error_message());
+    return 1;
+  }
+  cudaFree(d);
+  return 0;
+}
+
+Test(comm_gpu, ring_modes_2_and_4_ranks, .timeout = 600) {
+  run_world(2, 20, ring_modes, "ring");
+  run_world(4, 20, ring_modes, "ring");
+}
+Test(comm_gpu, ring_graph_capture_and_replay, .timeout = 300) {
+  run_world(2, 20, ring_graph, "ringgraph");
+  run_world(4, 20, ring_graph, "ringgraph");
+}
+Test(comm_gpu, ring_killed_peer_times_out, .timeout = 300) {
+  run_world(2, 2.0, ring_dead_peer, "ringdead");
+  run_world(4, 2.0, ring_dead_peer, "ringdead");
 }
 
 Test(comm_gpu, allreduce_2_and_4_ranks, .timeout = 300) {
