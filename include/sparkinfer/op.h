@@ -177,8 +177,10 @@ SK_API sk_status sk_binding_create(const sk_plan *plan, const char *entry, sk_bi
  *  table row (presence, device, dtype, rank, shape, strides, alignment, total size) and the
  *  entry's cross-tensor rules, then the op's own checks, and fixes the launch geometry. On
  *  error the binding is left unbound (run refuses it) and nothing else changes. Views only: no
- *  allocation, no device access, no resolution. Errors: SK_ERR_INVALID_ARGUMENT with a message
- *  naming the op, entry, tensor and rule. */
+ *  allocation, no device access, no resolution. Rebinding the same layouts (every tensor's
+ *  presence, dtype, device, shape and strides as in the binding's last successful bind) at new
+ *  addresses checks only the pointers and the scratch: the cheap call a serving loop makes each
+ *  step. Errors: SK_ERR_INVALID_ARGUMENT with a message naming the op, entry, tensor and rule. */
 SK_API sk_status sk_bind(sk_binding *binding, const DLTensor *const *tensors, size_t num_tensors, void *scratch,
                          size_t scratch_bytes);
 
