@@ -16,20 +16,16 @@ otherwise, TFLOP/s) over the peer's time, so peer figure over ours is our time o
 rep 50 ms). A peer that fails prints why and the script goes on. Prints a Markdown table; with
 SK_BENCH_JSON=FILE also writes {"results": rows} that bench/results.py joins to bench_ops's rows
 by (op, case, gpu)."""
-import datetime
-import json
-import os
-import re
-import subprocess
 import time
 import warnings
 
 import torch
 import torch.nn.functional as F
 import triton.testing
+
+from peer_common import bench_cases, run_identity, save
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ["paged", "batch", "hq", "hkv", "dqk", "dvo", "fp16", "fp8", "page_size", "combined", "extra_pages",
           "scale_mode", "sinks", "window_left", "window_right", "q_len", "kv_len", "pattern"]
 PATTERNS = {"PAT_EQUAL": 0, "PAT_SPREAD": 1, "PAT_ONE_LONG": 2}
@@ -39,13 +35,6 @@ warnings.filterwarnings("ignore")
 flex = None  # torch.compile(flex_attention), made on first use
 
 
-def bench_cases(path, flag):
-    """(label, [field tokens]) of the case-table rows of a cases.c whose flags name `flag`."""
-    text = re.sub(r"/\*.*?\*/", "", open(path, encoding="utf-8").read(), flags=re.S)
-    for m in re.finditer(r'\{\s*"([^"]*)"\s*,([^{}]*)\}', text):
-        toks = [t.strip() for t in m.group(2).split(",")]
-        if flag in [f.strip() for f in toks[-1].split("|")]:
-            yield m.group(1), toks[:-1]
 
 
 def kv_len_of(c, b):  # cases.c's kv_len_of (C integer division)
@@ -108,32 +97,23 @@ def why(e):
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except Exception:
-        return os.environ.get("SK_COMMIT") or None
 
 
 def main():
     torch.manual_seed(0)
-    gpu = torch.cuda.get_device_name(0)  # cudaDeviceProp.name, as bench_ops writes it
-    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    sha = commit()
+    gpu = torch.cuda.get_device_name(0)
+    ident = run_identity(gpu)
     rows = []
     print(f"GPU {gpu}, torch {torch.__version__}\n")
     print("| op | case | peer | us | figure |\n|---|---|---|---|---|")
-    for label, toks in bench_cases(os.path.join(ROOT, "ops/attention/cases.c"), "BENCH"):
+    for label, toks in bench_cases("ops/attention/cases.c", "BENCH"):
         c = {f: PATTERNS[t] if t in PATTERNS else int(t) for f, t in zip(FIELDS, toks)}
         op = "attention.paged" if c["paged"] else "attention.varlen"
         amount, metric = cost(c)
 
         def add(peer, us):
             row = {"op": op, "case": label, "peer": peer, "peer_us": us, "peer_value": amount / (us * 1e-6),
-                   "metric": metric, "gpu": gpu, "date": date}
-            if sha:
-                row["commit"] = sha
+                   "metric": metric, **ident}
             rows.append(row)
             print(f"| {op} | {label} | {peer} | {us:.2f} | {row['peer_value']:.1f} {metric} |", flush=True)
 
@@ -190,9 +170,7 @@ def main():
         del q, k, v, ks, vs
         torch.cuda.empty_cache()
     print(f"\n{len(rows)} peer rows in {time.time() - START:.0f} s")
-    if os.environ.get("SK_BENCH_JSON"):
-        with open(os.environ["SK_BENCH_JSON"], "w") as f:
-            json.dump({"results": rows}, f, indent=1)
+    save(rows)
 
 
 if __name__ == "__main__":

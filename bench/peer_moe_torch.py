@@ -17,18 +17,15 @@ TFLOP/s) over the peer's time, so peer figure over ours is our time over the pee
 triton.testing.do_bench median (warmup 10 ms, rep 50 ms). A case that fails prints why and the
 script goes on. Prints a Markdown table; with SK_BENCH_JSON=FILE also writes {"results": rows}
 that bench/results.py joins to bench_ops's rows by (op, case, gpu)."""
-import datetime
-import json
-import os
 import re
-import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
 import triton.testing
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from peer_common import bench_cases, run_identity, save
+
 FIELDS = ["ep", "recipe", "wfmt", "act", "e", "eg", "k", "n", "topk", "m", "max_m", "routing", "ids64", "on_input",
           "det", "scale_mode"]
 MICRO_MAX_TOKENS = 8  # SK_MOE_MICRO_MAX_TOKENS (ops/moe/plan.cuh): cost() switches metric above it
@@ -36,13 +33,6 @@ MAX_WEIGHT_BYTES = 40e9
 START = time.time()
 
 
-def bench_cases(path, flag):
-    """(label, [field tokens]) of the case-table rows of a cases.c whose flags name `flag`."""
-    text = re.sub(r"/\*.*?\*/", "", open(path, encoding="utf-8").read(), flags=re.S)
-    for m in re.finditer(r'\{\s*"([^"]*)"\s*,([^{}]*)\}', text):
-        toks = [t.strip() for t in m.group(2).split(",")]
-        if flag in [f.strip() for f in toks[-1].split("|")]:
-            yield m.group(1), toks[:-1]
 
 
 def up(a, b):
@@ -91,23 +81,16 @@ def moe(x, ids, wts, w1, w2, slot, e_local, act, n):
     return out
 
 
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except Exception:
-        return os.environ.get("SK_COMMIT") or None
 
 
 def main():
     torch.manual_seed(0)
-    gpu = torch.cuda.get_device_name(0)  # cudaDeviceProp.name, as bench_ops writes it
-    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    sha = commit()
+    gpu = torch.cuda.get_device_name(0)
+    ident = run_identity(gpu)
     rows, peer = [], "torch bf16 per-expert"
     print(f"GPU {gpu}, torch {torch.__version__}\n")
     print("| op | case | peer | us | figure |\n|---|---|---|---|---|")
-    for label, toks in bench_cases(os.path.join(ROOT, "ops/moe/cases.c"), "B"):
+    for label, toks in bench_cases("ops/moe/cases.c", "B"):
         c = {f: int(t) if re.fullmatch(r"-?\d+", t) else t for f, t in zip(FIELDS, toks)}
         op = "moe.ep_moe" if c["ep"] else "moe.fused_moe"
         if c["routing"] != 0 or c["on_input"]:
@@ -133,9 +116,7 @@ def main():
             torch.cuda.synchronize()
             us = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median") * 1e3
             row = {"op": op, "case": label, "peer": peer, "peer_us": us, "peer_value": amount / (us * 1e-6),
-                   "metric": metric, "gpu": gpu, "date": date}
-            if sha:
-                row["commit"] = sha
+                   "metric": metric, **ident}
             rows.append(row)
             print(f"| {op} | {label} | {peer}{note} | {us:.2f} | {row['peer_value']:.1f} {metric} |", flush=True)
         except Exception as ex:
@@ -144,9 +125,7 @@ def main():
         x = ids = wts = w1 = w2 = fn = None
         torch.cuda.empty_cache()
     print(f"\n{len(rows)} peer rows in {time.time() - START:.0f} s")
-    if os.environ.get("SK_BENCH_JSON"):
-        with open(os.environ["SK_BENCH_JSON"], "w") as f:
-            json.dump({"results": rows}, f, indent=1)
+    save(rows)
 
 
 if __name__ == "__main__":
