@@ -175,6 +175,18 @@ __global__ void __launch_bounds__(SK_COMM_THREADS) ring_store(unsigned long long
   }
 }
 
+// Encode v into blk; with out2, store bf16(decode(blk)) there too: what every rank ends with,
+// the encoding rank included (rank-identical results).
+template <int C>
+__device__ __forceinline__ void encode_keep(unsigned char* blk, float (&v)[4], unsigned short* out2) {
+  block_encode<C>(blk, v);
+  if (out2) {
+    __syncwarp();
+    block_decode<C>(blk, v);
+    bf16x4_store(out2, v);
+  }
+}
+
 // dst = encode(src); out2 (may be NULL, may alias src) = bf16(decode(dst)). No wait.
 template <int C>
 __global__ void __launch_bounds__(SK_COMM_THREADS) ring_encode(const unsigned short* src, unsigned char* dst, unsigned short* out2,
@@ -183,13 +195,7 @@ __global__ void __launch_bounds__(SK_COMM_THREADS) ring_encode(const unsigned sh
   for (unsigned long long b = SK_RING_WARP; b < values / SK_CODEC_BLOCK; b += SK_RING_WARPS) {
     float v[4];
     bf16x4_load(src + b * SK_CODEC_BLOCK, v);
-    unsigned char* blk = dst + b * SK_CODEC_CODED_BYTES;
-    block_encode<C>(blk, v);
-    if (out2) {
-      __syncwarp();
-      block_decode<C>(blk, v);
-      bf16x4_store(out2 + b * SK_CODEC_BLOCK, v);
-    }
+    encode_keep<C>(dst + b * SK_CODEC_CODED_BYTES, v, out2 ? out2 + b * SK_CODEC_BLOCK : nullptr);
   }
 }
 
@@ -206,13 +212,7 @@ __global__ void __launch_bounds__(SK_COMM_THREADS) ring_hop(unsigned long long o
     bf16x4_load(a + b * SK_CODEC_BLOCK, x);
 #pragma unroll
     for (int j = 0; j < 4; j++) v[j] = __fadd_rn(v[j], x[j]);
-    unsigned char* blk = dst + b * SK_CODEC_CODED_BYTES;
-    block_encode<C>(blk, v);
-    if (out2) {
-      __syncwarp();
-      block_decode<C>(blk, v);
-      bf16x4_store(out2 + b * SK_CODEC_BLOCK, v);
-    }
+    encode_keep<C>(dst + b * SK_CODEC_CODED_BYTES, v, out2 ? out2 + b * SK_CODEC_BLOCK : nullptr);
   }
 }
 
@@ -234,11 +234,7 @@ __global__ void __launch_bounds__(SK_COMM_THREADS) ring_accum(unsigned long long
 #pragma unroll
       for (int j = 0; j < 4; j++) v[j] = q == 0 ? x[j] : __fadd_rn(v[j], x[j]);
     }
-    unsigned char* blk = dst + b * SK_CODEC_CODED_BYTES;
-    block_encode<C>(blk, v);
-    __syncwarp();
-    block_decode<C>(blk, v);
-    bf16x4_store(out2 + b * SK_CODEC_BLOCK, v);
+    encode_keep<C>(dst + b * SK_CODEC_CODED_BYTES, v, out2 + b * SK_CODEC_BLOCK);
   }
 }
 
