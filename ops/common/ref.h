@@ -135,6 +135,8 @@ void skref_dequantize_mxfp8(const uint8_t *values, const uint8_t *scales, int sw
 /* ---- random numbers ------------------------------------------------------------------------ */
 typedef struct skref_rng {
   uint64_t s[4];
+  double spare; /* skref_rng_normal's second value of its last pair */
+  int has_spare;
 } skref_rng;
 void skref_rng_seed(skref_rng *rng, uint64_t seed); /* splitmix64 expands the seed */
 uint64_t skref_rng_u64(skref_rng *rng);             /* xoshiro256** */

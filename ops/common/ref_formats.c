@@ -149,6 +149,8 @@ static uint64_t splitmix64(uint64_t *x) {
 
 void skref_rng_seed(skref_rng *rng, uint64_t seed) {
   for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
+  rng->spare = 0.0;
+  rng->has_spare = 0;
 }
 
 static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -176,9 +178,23 @@ uint64_t skref_rng_below(skref_rng *rng, uint64_t n) {
 
 double skref_rng_uniform(skref_rng *rng) { return (double)(skref_rng_u64(rng) >> 11) * 0x1p-53; }
 
+/* Marsaglia's polar method: a pair per accepted point of the unit disc (one log, no trig), the
+ * second value kept for the next call; the bench fills draw a billion of these. */
 double skref_rng_normal(skref_rng *rng) {
-  double u1 = 1.0 - skref_rng_uniform(rng), u2 = skref_rng_uniform(rng); /* u1 in (0, 1] */
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+  if (rng->has_spare) {
+    rng->has_spare = 0;
+    return rng->spare;
+  }
+  double u, v, r2;
+  do {
+    u = 2.0 * skref_rng_uniform(rng) - 1.0;
+    v = 2.0 * skref_rng_uniform(rng) - 1.0;
+    r2 = u * u + v * v;
+  } while (r2 >= 1.0 || r2 == 0.0);
+  const double m = sqrt(-2.0 * log(r2) / r2);
+  rng->spare = v * m;
+  rng->has_spare = 1;
+  return u * m;
 }
 
 uint64_t skref_test_seed(const char *what) {
