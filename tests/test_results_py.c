@@ -47,6 +47,29 @@ Test(results_py, tables_join_the_fastest_peer_and_keep_the_latest_row, .init = n
   free(out);
 }
 
+/* --exclude leaves matching "op case" rows out; --tail is appended as it is, within the cap. */
+Test(results_py, exclude_and_tail, .init = need_python3) {
+  char *dir = tu_tempdir("results");
+  cr_assert_not_null(dir);
+  char tail[512];
+  snprintf(tail, sizeof tail, "%s/tail.md", dir);
+  FILE *f = fopen(tail, "w");
+  cr_assert_not_null(f);
+  fputs("## Tried, not kept\n\n- a line of the tail\n", f);
+  fclose(f);
+  char *out = NULL;
+  cr_assert_eq(results_py(&out, "--exclude=^quantization\\.nvfp4 m=1 ", "--tail", tail, FIXTURES "ours.jsonl"), 0, "%s", out);
+  cr_expect(strstr(out, "| m=16384 k=4096 bf16 (portable) |"), "%s", out);
+  cr_expect(!strstr(out, "| m=1 k=4096 bf16"), "the excluded row is left out:\n%s", out);
+  const char *t = strstr(out, "\n## Tried, not kept\n\n- a line of the tail\n");
+  cr_expect(t && !strstr(t + 1, "\n## quantization"), "the tail comes last:\n%s", out);
+  free(out);
+  cr_expect_eq(results_py(&out, "--exclude=(", FIXTURES "ours.jsonl", NULL, NULL), 2, "a bad pattern is refused");
+  free(out);
+  tu_rmrf(dir);
+  free(dir);
+}
+
 Test(results_py, stays_within_400_lines, .init = need_python3) {
   char *dir = tu_tempdir("results");
   cr_assert_not_null(dir);
