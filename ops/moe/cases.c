@@ -44,6 +44,7 @@ static const moe_case fused_cases[] = {
     {"w4a16 grouped m40 of 512 atomic", 0, W16, NV, RELU2, 16, 0, 512, 384, 4, 40, 512, 0, 0, 0, 0, 0, NG},
     {"w4a16 grouped m512 mxfp4 det", 0, W16, MX, SILU, 32, 0, 1024, 512, 8, 512, 0, 0, 0, 0, 1, 0, G},
     {"w4a16 grouped weight on input", 0, W16, NV, SILU, 16, 0, 512, 256, 4, 96, 0, 0, 0, 1, 1, 0, G},
+    {"w4a16 grouped m16384", 0, W16, NV, SILU, 8, 0, 256, 128, 1, 16384, 0, 0, 0, 0, 1, 0, G},
     {"routing topk renorm micro", 0, W16, NV, SILU, 64, 0, 512, 256, 8, 4, 0, SK_MOE_ROUTES_TOPK_RENORM, 0, 0, 1, 0, T},
     {"routing softmax topk grouped", 0, W16, NV, SILU, 32, 0, 512, 256, 4, 100, 0, SK_MOE_ROUTES_SOFTMAX_TOPK, 0, 0, 1, 0, G},
     {"routing raw topk", 0, W16, NV, SILU, 16, 0, 256, 128, 2, 6, 0, SK_MOE_ROUTES_TOPK, 0, 0, 1, 0, G},
