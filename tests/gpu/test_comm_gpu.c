@@ -108,7 +108,7 @@ static void run_world(int world, double timeout, rank_body body, const char *tag
     while ((w = waitpid(pids[r], &st, WNOHANG)) == 0 && sk_now_seconds() < deadline) usleep(5000);
     if (w == 0) {
       for (int k = r; k < world; k++) kill(pids[k], SIGKILL);
-      waitpid(pids[r], &st, 0);
+      for (int k = r; k < world; k++) waitpid(pids[k], &st, 0); /* reap them all: no zombies */
       cr_assert_fail("%s world %d: rank %d hung", tag, world, r);
     }
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s world %d: rank %d exited with status %d", tag, world, r, st);
@@ -417,32 +417,16 @@ static int ring_dead_peer(sk_comm *c, int rank, int world, cudaStream_t s) {
   return 0;
 }
 
-Test(comm_gpu, ring_modes_2_and_4_ranks, .timeout = 600) {
-  run_world(2, 20, ring_modes, "ring");
-  run_world(4, 20, ring_modes, "ring");
-}
-Test(comm_gpu, ring_graph_capture_and_replay, .timeout = 300) {
-  run_world(2, 20, ring_graph, "ringgraph");
-  run_world(4, 20, ring_graph, "ringgraph");
-}
-Test(comm_gpu, ring_killed_peer_times_out, .timeout = 300) {
-  run_world(2, 2.0, ring_dead_peer, "ringdead");
-  run_world(4, 2.0, ring_dead_peer, "ringdead");
+/* Every collective runs with 2 and then 4 processes on GPU 0. */
+static void worlds_2_and_4(double timeout, rank_body body, const char *tag) {
+  run_world(2, timeout, body, tag);
+  run_world(4, timeout, body, tag);
 }
 
-Test(comm_gpu, allreduce_2_and_4_ranks, .timeout = 300) {
-  run_world(2, 20, allreduce_sizes, "ar");
-  run_world(4, 20, allreduce_sizes, "ar");
-}
-Test(comm_gpu, add_rmsnorm_2_and_4_ranks, .timeout = 300) {
-  run_world(2, 20, fused_rmsnorm, "norm");
-  run_world(4, 20, fused_rmsnorm, "norm");
-}
-Test(comm_gpu, graph_capture_and_replay, .timeout = 300) {
-  run_world(2, 20, graph_replay, "graph");
-  run_world(4, 20, graph_replay, "graph");
-}
-Test(comm_gpu, killed_peer_times_out, .timeout = 300) {
-  run_world(2, 2.0, dead_peer, "dead");
-  run_world(4, 2.0, dead_peer, "dead");
-}
+Test(comm_gpu, ring_modes_2_and_4_ranks, .timeout = 600) { worlds_2_and_4(20, ring_modes, "ring"); }
+Test(comm_gpu, ring_graph_capture_and_replay, .timeout = 300) { worlds_2_and_4(20, ring_graph, "ringgraph"); }
+Test(comm_gpu, ring_killed_peer_times_out, .timeout = 300) { worlds_2_and_4(2.0, ring_dead_peer, "ringdead"); }
+Test(comm_gpu, allreduce_2_and_4_ranks, .timeout = 300) { worlds_2_and_4(20, allreduce_sizes, "ar"); }
+Test(comm_gpu, add_rmsnorm_2_and_4_ranks, .timeout = 300) { worlds_2_and_4(20, fused_rmsnorm, "norm"); }
+Test(comm_gpu, graph_capture_and_replay, .timeout = 300) { worlds_2_and_4(20, graph_replay, "graph"); }
+Test(comm_gpu, killed_peer_times_out, .timeout = 300) { worlds_2_and_4(2.0, dead_peer, "dead"); }
