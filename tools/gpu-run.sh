@@ -6,6 +6,8 @@
 #   SK_BENCHES     benchmarks of this build (default: every .devrun/new/bench/*)
 #   SK_OLD_BENCHES benchmarks of the older build in .devrun/old, run first for a side-by-side
 #                  comparison (default: all of them, when .devrun/old exists; "none" skips them)
+#   SK_BENCH_TIMEOUT seconds each benchmark may run (default 300; bench_ops over every op needs
+#                  more: its host-side fills of the large attention and MoE cases take minutes)
 #   SK_PEERS       python peer scripts under bench/ to run after the tests, before the benches
 #                  (default: none), e.g. "peer_gemm_torch"
 set -uo pipefail
@@ -32,7 +34,7 @@ bench() {
   name=$(basename "$3")
   echo "== $2$name $(date +%T)"
   SK_BUILD=.devrun/$1 SPARKINFER_CACHE_DIR=$PWD/.devrun/$1/cache SK_BENCH_JSON="$OUT/bench/$2$name.json" \
-    timeout 300 "$3" 2>&1 | tee "$OUT/$2$name.log"
+    timeout "${SK_BENCH_TIMEOUT:-300}" "$3" 2>&1 | tee "$OUT/$2$name.log"
 }
 if [ -d .devrun/old ] && [ "${SK_OLD_BENCHES:-}" != none ]; then
   echo "== benches of the older build"
