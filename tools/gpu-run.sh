@@ -2,7 +2,8 @@
 # gpu-run.sh: what one call on the device machine runs, over .devrun/ (built here by
 # tools/gpu-prep.sh and carried as .devrun.tar.xz, unpacked here: stripped binaries, the
 # libraries the device lacks, kernel caches prebuilt for sm_90a). Logs and bench JSON end up in $OUT/results.tar.gz (and $OUT/gpu-test.log).
-#   SK_TESTS       GPU suites to run (default: every .devrun/new/tests/gpu/test_*)
+#   SK_TESTS       GPU suites to run (default: every .devrun/new/tests/gpu/test_*); each is stopped
+#                  after SK_SUITE_TIMEOUT seconds (default here 300)
 #   SK_BENCHES     benchmarks of this build (default: every .devrun/new/bench/*)
 #   SK_OLD_BENCHES benchmarks of the older build in .devrun/old, run first for a side-by-side
 #                  comparison (default: all of them, when .devrun/old exists; "none" skips them)
@@ -20,7 +21,7 @@ trap 'tar czf "$FINAL/results.tar.gz" -C "$OUT" . && cp "$OUT/gpu-test.log" "$FI
 chmod 700 .devrun/new/cache .devrun/old/cache 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 echo "== gpu tests $(date +%T)"
-SK_BUILD=.devrun/new SK_GPU_TEST_CACHE=$PWD/.devrun/new/cache \
+SK_BUILD=.devrun/new SK_GPU_TEST_CACHE=$PWD/.devrun/new/cache SK_SUITE_TIMEOUT=${SK_SUITE_TIMEOUT:-300} \
   sh tests/run-suites.sh ${SK_TESTS:-.devrun/new/tests/gpu/test_*} 2>&1 | tee "$OUT/gpu-test.log"
 # Peers first: they are the comparison a new op's figures need; the side-by-side runs follow.
 for peer in ${SK_PEERS:-}; do
