@@ -4,7 +4,7 @@
 # libraries the device lacks, kernel caches prebuilt for sm_90a). Logs and bench JSON end up in $OUT/results.tar.gz (and $OUT/gpu-test.log).
 #   SK_TESTS       GPU suites to run (default: every .devrun/new/tests/gpu/test_*); each is stopped
 #                  after SK_SUITE_TIMEOUT seconds (default here 300)
-#   SK_BENCHES     benchmarks of this build (default: every .devrun/new/bench/*)
+#   SK_BENCHES     benchmarks of this build (default: every .devrun/new/bench/*; "none" skips them)
 #   SK_OLD_BENCHES benchmarks of the older build in .devrun/old, run first for a side-by-side
 #                  comparison (default: all of them, when .devrun/old exists; "none" skips them)
 #   SK_BENCH_TIMEOUT seconds each benchmark may run (default 300; bench_ops over every op needs
@@ -42,4 +42,6 @@ if [ -d .devrun/old ] && [ "${SK_OLD_BENCHES:-}" != none ]; then
   for bin in ${SK_OLD_BENCHES:-.devrun/old/bench/*}; do bench old old- "$bin"; done
 fi
 echo "== benches"
-for bin in ${SK_BENCHES:-.devrun/new/bench/*}; do bench new "" "$bin"; done
+if [ "${SK_BENCHES:-}" != none ]; then
+  for bin in ${SK_BENCHES:-.devrun/new/bench/*}; do bench new "" "$bin"; done
+fi
