@@ -35,6 +35,14 @@
  * [i + kv_len - q_len - window_left, i + kv_len - q_len + window_right] (bottom-right aligned;
  * paged is always causal, window_right = 0; -1 = unbounded). Scratch: the work list, partial
  * outputs and the error word; nothing needs zeroing.
+ *
+ * Entry "reuse_schedule" (both ops): the same tensors; the run launches only the attention and
+ * merge kernels, over the work list already in the scratch. For the layers of one step: bind
+ * layer 0 to "run" and layers 1..L-1 to "reuse_schedule", all of one plan and one scratch, with
+ * the same cache_seqlens / cu_seqlens values (page tables, Q, K and V may differ), and run them in
+ * order on one stream: one scheduler launch per step instead of one per layer. The caller
+ * guarantees that order; a reusing run does not reset the error word. Not yet run on a GPU
+ * (tests/gpu/test_attention_gpu.c, layers_reuse_the_schedule).
  */
 #ifndef SPARKINFER_ATTENTION_H
 #define SPARKINFER_ATTENTION_H

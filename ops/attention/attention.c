@@ -14,6 +14,7 @@
 enum { K_SCHED, K_ATTN, K_ATTN_WIDE, K_MERGE, K_COUNT };
 enum { P_Q, P_K, P_V, P_PT, P_SEQ, P_CUQ, P_KS, P_VS, P_SINKS, P_OUT, P_LSE, P_COUNT };
 enum { V_Q, V_K, V_V, V_CUQ, V_CUK, V_SINKS, V_OUT, V_LSE, V_COUNT };
+enum { ENTRY_RUN, ENTRY_REUSE }; /* "run", "reuse_schedule" */
 
 /* Per-arch choices. The configurations come from attention/layout.cuh (chosen on an H100; every
  * one fits SM120's 99 KB per block). The persistent grid is what the occupancy API reports for the
@@ -150,13 +151,15 @@ static sk_status paged_select(sk_plan *p) {
                        c->max_work_items, c->max_partial_rows));
   SK_TRY(sk_plan_set_symbol(p, "PS", c->page_size));
   const uint32_t q = sk_dt_of(c->dtype);
-  sk_plan_tensor_dtypes(p, 0, P_Q, q);
-  sk_plan_tensor_dtypes(p, 0, P_K, c->kv_fp8 ? SK_DT_U8 : q);
-  sk_plan_tensor_dtypes(p, 0, P_V, c->kv_fp8 ? SK_DT_U8 : q);
-  sk_plan_tensor_dtypes(p, 0, P_OUT, q);
-  if (!c->kv_fp8) {
-    sk_plan_tensor_presence(p, 0, P_KS, SK_TENSOR_UNUSED);
-    sk_plan_tensor_presence(p, 0, P_VS, SK_TENSOR_UNUSED);
+  for (size_t e = ENTRY_RUN; e <= ENTRY_REUSE; e++) { /* both entries take the same tensors */
+    sk_plan_tensor_dtypes(p, e, P_Q, q);
+    sk_plan_tensor_dtypes(p, e, P_K, c->kv_fp8 ? SK_DT_U8 : q);
+    sk_plan_tensor_dtypes(p, e, P_V, c->kv_fp8 ? SK_DT_U8 : q);
+    sk_plan_tensor_dtypes(p, e, P_OUT, q);
+    if (!c->kv_fp8) {
+      sk_plan_tensor_presence(p, e, P_KS, SK_TENSOR_UNUSED);
+      sk_plan_tensor_presence(p, e, P_VS, SK_TENSOR_UNUSED);
+    }
   }
   return SK_OK;
 }
@@ -171,10 +174,12 @@ static sk_status varlen_select(sk_plan *p) {
   SK_TRY(select_common(p, st, c->dtype, SK_ATTN_KIND_EXTEND, c->max_work_items, c->max_partial_rows));
   SK_TRY(sk_plan_set_symbol(p, "MAX_TK", c->max_total_k));
   const uint32_t q = sk_dt_of(c->dtype);
-  sk_plan_tensor_dtypes(p, 0, V_Q, q);
-  sk_plan_tensor_dtypes(p, 0, V_K, q);
-  sk_plan_tensor_dtypes(p, 0, V_V, q);
-  sk_plan_tensor_dtypes(p, 0, V_OUT, q);
+  for (size_t e = ENTRY_RUN; e <= ENTRY_REUSE; e++) {
+    sk_plan_tensor_dtypes(p, e, V_Q, q);
+    sk_plan_tensor_dtypes(p, e, V_K, q);
+    sk_plan_tensor_dtypes(p, e, V_V, q);
+    sk_plan_tensor_dtypes(p, e, V_OUT, q);
+  }
   return SK_OK;
 }
 
@@ -304,14 +309,17 @@ static sk_status varlen_bind(sk_binding *b) {
 /* ---- run ----------------------------------------------------------------------------------------- */
 
 /* Scheduler, attention, merge; each waits on the device for the previous kernel (PDL), so each may
- * be launched overlapped with it. */
+ * be launched overlapped with it. Entry "reuse_schedule" (ENTRY_REUSE) skips the scheduler: the
+ * scratch already holds the work list an earlier "run" of this plan built from the same lengths
+ * (the merge leaves the unit counter zeroed for the next attention launch). */
 static sk_status run(const sk_binding *b, void *stream) {
   const sk_plan *pl = b->plan;
   const attn_state *st = SK_PLAN_STATE(pl, attn_state);
   const attn_bound *g = SK_BINDING_STATE(b, attn_bound);
   void *args[] = {(void *)&g->p};
-  SK_TRY(sk_kernel_launch_ex(sk_plan_k(pl, K_SCHED), (sk_dim3){1, 1, 1}, (sk_dim3){SK_ATTN_SCHED_THREADS, 1, 1},
-                             st->sched_smem, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
+  if (b->entry != ENTRY_REUSE)
+    SK_TRY(sk_kernel_launch_ex(sk_plan_k(pl, K_SCHED), (sk_dim3){1, 1, 1}, (sk_dim3){SK_ATTN_SCHED_THREADS, 1, 1},
+                               st->sched_smem, stream, args, SK_LAUNCH_OVERLAP_PREVIOUS));
   SK_TRY(sk_kernel_launch_ex(sk_plan_k(pl, g->which ? K_ATTN_WIDE : K_ATTN), (sk_dim3){(unsigned)g->p.attn_ctas, 1, 1},
                              (sk_dim3){(unsigned)sk_attn_threads(st->cfg[g->which]), 1, 1}, st->smem[g->which], stream,
                              args, SK_LAUNCH_OVERLAP_PREVIOUS));
@@ -344,7 +352,8 @@ static const sk_tensor_rule paged_tensors[] = {
     {"lse", "[TQ, HQ]", SK_DT_FP32, SK_TENSOR_OUT, SK_TENSOR_OPTIONAL, 4, 0, 0, "base-2 log-sum-exp"},
 };
 static const sk_symbol_rule paged_symbols[] = {{"B", "1", "MAX_B"}, {"TQ", "1", "MAX_TQ"}, {"NP", "1", "2147483647"}};
-static const sk_op_entry paged_entries[] = {{"run", paged_tensors, P_COUNT, paged_symbols, 3}};
+static const sk_op_entry paged_entries[] = {{"run", paged_tensors, P_COUNT, paged_symbols, 3},
+                                            {"reuse_schedule", paged_tensors, P_COUNT, paged_symbols, 3}};
 
 static const sk_tensor_rule varlen_tensors[] = {
     Q_RULE,
@@ -357,7 +366,8 @@ static const sk_tensor_rule varlen_tensors[] = {
     {"lse", "[TQ, HQ]", SK_DT_FP32, SK_TENSOR_OUT, SK_TENSOR_OPTIONAL, 4, 0, 0, "natural-log log-sum-exp"},
 };
 static const sk_symbol_rule varlen_symbols[] = {{"B", "1", "MAX_B"}, {"TQ", "1", "MAX_TQ"}, {"TK", "1", "MAX_TK"}};
-static const sk_op_entry varlen_entries[] = {{"run", varlen_tensors, V_COUNT, varlen_symbols, 3}};
+static const sk_op_entry varlen_entries[] = {{"run", varlen_tensors, V_COUNT, varlen_symbols, 3},
+                                             {"reuse_schedule", varlen_tensors, V_COUNT, varlen_symbols, 3}};
 
 static const char *const dtype_names[] = {"bf16", "fp16"};
 static const char *const mode_names[] = {"decode", "extend"};
@@ -399,7 +409,7 @@ static const sk_attn_varlen_caps varlen_defaults = SK_ATTN_VARLEN_CAPS_INIT;
   {                                                                                                            \
     SK_OP_INFO(name, summary, 89),                                                                             \
     SK_OP_CAPS(caps_type, kind##_defaults), SK_OP_STATE(attn_state, attn_bound), .num_kernels = K_COUNT,        \
-    .entries = kind##_entries, .num_entries = 1, .check_caps = kind##_check,     \
+    .entries = kind##_entries, .num_entries = 2, .check_caps = kind##_check,     \
     SK_OP_FIELDS(kind##_fields), .select = kind##_select, .finish = finish,                                       \
     .bind = kind##_bind, .run = run,                                                                           \
   }

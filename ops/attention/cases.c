@@ -27,6 +27,7 @@ enum { PAT_EQUAL, PAT_SPREAD, PAT_ONE_LONG };
 #define T SKH_TEST
 #define G SKH_GPU
 #define BENCH SKH_BENCH
+#define REUSE (1u << 16) /* bound to entry "reuse_schedule" (CPU validation only: alone it has no work list) */
 
 /* label, paged, B, HQ, HKV, DQK, DVO, fp16, fp8, page, combined, extra pages, scale mode, sinks,
  * window (left, right), q_len, kv_len, pattern, flags */
@@ -44,6 +45,7 @@ static const attn_case paged_cases[] = {
     {"decode fp8 per head", 1, 3, 16, 4, 128, 128, 0, 1, 64, 0, 0, 1, 0, -1, 0, 1, 300, PAT_SPREAD, G},
     {"decode fp8 one scale", 1, 2, 8, 1, 256, 256, 0, 1, 64, 0, 0, 2, 0, -1, 0, 1, 250, PAT_SPREAD, G},
     {"extend q 8 over 200", 1, 3, 32, 8, 128, 128, 0, 0, 16, 0, 1, 0, 0, -1, 0, 8, 200, PAT_SPREAD, T},
+    {"decode reuse_schedule fp8", 1, 4, 32, 8, 128, 128, 0, 1, 16, 0, 0, 0, 0, -1, 0, 1, 448, PAT_SPREAD, SKH_CPU | REUSE},
     {"extend q 6 small k", 1, 2, 8, 2, 64, 64, 0, 0, 16, 0, 0, 0, 0, -1, 0, 6, 7, PAT_EQUAL, G},
     {"extend q 512 over 4096", 1, 2, 32, 8, 128, 128, 0, 0, 64, 0, 0, 0, 0, -1, 0, 512, 4096, PAT_SPREAD, G},
     {"extend window sinks", 1, 2, 64, 8, 64, 64, 0, 0, 16, 0, 0, 0, 1, 128, 0, 64, 1024, PAT_EQUAL, G},
@@ -67,6 +69,7 @@ static const attn_case paged_cases[] = {
 static const attn_case varlen_cases[] = {
     {"causal gqa", 0, 3, 16, 4, 128, 128, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 300, PAT_SPREAD, T},
     {"bidirectional", 0, 2, 8, 8, 64, 64, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 200, PAT_SPREAD, T},
+    {"causal reuse_schedule", 0, 3, 16, 4, 128, 128, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 300, PAT_SPREAD, SKH_CPU | REUSE},
     {"window sinks", 0, 3, 4, 2, 64, 64, 0, 0, 0, 0, 0, 0, 1, 64, 16, 0, 257, PAT_SPREAD, G},
     {"d256 dv128", 0, 2, 8, 1, 192, 128, 1, 0, 0, 0, 0, 0, 0, -1, 0, 0, 129, PAT_SPREAD, G},
     {"d256", 0, 2, 8, 4, 256, 256, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 500, PAT_ONE_LONG, G},
@@ -124,7 +127,8 @@ static void get(int paged, size_t i, skh_case *c) {
   free(k);
   c->param[0] = paged;
   c->param[1] = (int64_t)i;
-  c->flags = a->flags;
+  c->flags = a->flags & ~REUSE;
+  if (a->flags & REUSE) c->entry = "reuse_schedule";
   snprintf(c->name, sizeof c->name, "%s", a->label);
   skh_case_sym(c, "B", a->batch);
   skh_case_sym(c, "TQ", total_q);

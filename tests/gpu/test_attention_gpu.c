@@ -527,3 +527,96 @@ Test(gpu_attention, graph_replay_follows_live_lengths, .init = setup, .fini = te
   skref_attn_free(&h);
   cr_assert_eq(case_failures, 0, "seed %llu: %d failing cases", (unsigned long long)seed, case_failures);
 }
+
+/* ---- layers sharing one schedule (entry "reuse_schedule", through the op API) ---------------- */
+
+#include "harness/harness.h"
+#include "sparkinfer/attention.h"
+
+/* Two layers of one plan with the same lengths but their own Q, K/V and page tables (two fills
+ * of one case): layer 0 binds "run" (scheduler, attention, merge), layer 1 "reuse_schedule"
+ * (attention and merge over layer 0's work list, same scratch). Layer 1's outputs must equal a
+ * full "run" of layer 1 bit for bit. Cases with split requests (the merge) and without. */
+Test(gpu_attention, layers_reuse_the_schedule, .init = setup, .fini = teardown, .timeout = 300) {
+  static const char *const cases[] = {"decode one long", "decode llama 32/8/128", "extend q 512 over 4096"};
+  const skh_op *op = skh_find("attention.paged");
+  cr_assert(op);
+  int checked = 0;
+  for (size_t i = 0; i < op->count(); i++) {
+    skh_case c;
+    op->get(i, &c);
+    int wanted = 0;
+    for (size_t w = 0; w < sizeof cases / sizeof cases[0]; w++) wanted |= !strcmp(c.name, cases[w]);
+    if (!wanted) continue;
+    sk_plan *plan;
+    SK_OK_OR_FAIL(skh_plan(op, &c, NULL, &plan));
+    size_t scratch_bytes;
+    void *scratch = gpu_plan_scratch(plan, &scratch_bytes);
+    skh_tensor t[2][SKH_MAX_TENSORS];
+    size_t n = 0;
+    void *dptr[2][SKH_MAX_TENSORS] = {{0}};
+    DLTensor dl[2][SKH_MAX_TENSORS];
+    const DLTensor *views[2][SKH_MAX_TENSORS];
+    for (int layer = 0; layer < 2; layer++) {
+      char err[512];
+      cr_assert_eq(skh_tensors_for(op, &c, plan, t[layer], &n, err, sizeof err), 0, "%s", err);
+      skref_rng rng;
+      skref_rng_seed(&rng, skref_test_seed(c.name) + (uint64_t)layer);
+      op->fill(&c, t[layer], n, &rng);
+      for (size_t k = 0; k < n; k++) {
+        views[layer][k] = NULL;
+        if (!t[layer][k].present) continue;
+        const size_t bytes = t[layer][k].bytes ? t[layer][k].bytes : 1;
+        dptr[layer][k] = t[layer][k].role == SK_TENSOR_OUT ? gpu_poisoned(bytes) : gpu_upload(t[layer][k].host, bytes);
+        dl[layer][k] = (DLTensor){dptr[layer][k], {kDLCUDA, 0}, t[layer][k].ndim, t[layer][k].dtype, t[layer][k].shape,
+                                  t[layer][k].strided ? t[layer][k].strides : NULL, 0};
+        views[layer][k] = &dl[layer][k];
+      }
+    }
+    sk_binding *first, *reuse, *full;
+    SK_OK_OR_FAIL(sk_binding_create(plan, "run", &first));
+    SK_OK_OR_FAIL(sk_binding_create(plan, "reuse_schedule", &reuse));
+    SK_OK_OR_FAIL(sk_binding_create(plan, "run", &full));
+    SK_OK_OR_FAIL(sk_bind(first, views[0], n, scratch, scratch_bytes));
+    SK_OK_OR_FAIL(sk_bind(reuse, views[1], n, scratch, scratch_bytes));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    SK_OK_OR_FAIL(sk_run(first, s));
+    SK_OK_OR_FAIL(sk_run(reuse, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    void *got[SKH_MAX_TENSORS] = {0};
+    for (size_t k = 0; k < n; k++)
+      if (views[1][k] && t[1][k].role == SK_TENSOR_OUT) got[k] = gpu_download(dptr[1][k], t[1][k].bytes);
+    /* layer 1 on its own: the full run into poisoned outputs */
+    for (size_t k = 0; k < n; k++)
+      if (views[1][k] && t[1][k].role == SK_TENSOR_OUT) CUDA_OK(cudaMemset(dptr[1][k], 0xff, t[1][k].bytes));
+    SK_OK_OR_FAIL(sk_bind(full, views[1], n, scratch, scratch_bytes));
+    SK_OK_OR_FAIL(sk_run(full, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    for (size_t k = 0; k < n; k++) {
+      if (!got[k]) continue;
+      void *want = gpu_download(dptr[1][k], t[1][k].bytes);
+      if (memcmp(got[k], want, t[1][k].bytes))
+        CASE_FAIL("%s: tensor %s of the reusing layer differs from its own full run", c.name, t[1][k].name);
+      free(want);
+      free(got[k]);
+    }
+    uint32_t flags = 0;
+    SK_OK_OR_FAIL(sk_attn_error_flags(full, s, &flags));
+    cr_expect_eq(flags, 0u, "%s: error flags 0x%x", c.name, flags);
+    CUDA_OK(cudaStreamDestroy(s));
+    sk_binding_destroy(first);
+    sk_binding_destroy(reuse);
+    sk_binding_destroy(full);
+    for (int layer = 0; layer < 2; layer++) {
+      for (size_t k = 0; k < n; k++)
+        if (dptr[layer][k]) CUDA_OK(cudaFree(dptr[layer][k]));
+      skh_tensors_free(t[layer], n);
+    }
+    if (scratch) CUDA_OK(cudaFree(scratch));
+    sk_plan_destroy(plan);
+    checked++;
+  }
+  cr_expect_eq(checked, 3, "the three cases were found");
+  cr_expect_eq(case_failures, 0, "%d cases mismatched", case_failures);
+}
