@@ -333,7 +333,7 @@ SK_DEVICE void reduce_group(const PartialArgs<HIDDEN, NS>& a, u32 proj_sums, u32
 //     barriers, sums in the consumed stream region.
 //   2 stages, lockstep with its own sums buffer (kOwnSumsFlag; 24 KiB more for post_pre, too much
 //     for sm_120's 99 KiB): group g's reduce runs after the first barrier of group g + 1, next to
-//     its mix-back, so a group has two barriers; faster than the plain lockstep.
+//     its mix-back, so a group has two barriers instead of four.
 //   3-4 stages, pipelined: iteration i runs reduce(i-1), stage(i+1) and MMA(i) between ONE pair
 //     of barriers; half the warps of every scheduler partition (warp / 4 odd) take MMA(i) first,
 //     the other half stage(i+1) first, so the tensor pipe (MMA) and the FMA pipe (mix-back)
@@ -545,9 +545,9 @@ SK_DEVICE void partial_body(const PartialArgs<HIDDEN, NS>& a, int num_tokens, in
     segment_at(segment_end);
     segment_start<HIDDEN, NS, FN_SMEM>(a, static_cast<int>(tile), first, end, stages, own_sums, stage_smem, b);
   }
-  // post_pre lets its finalize (launched overlapped) be scheduled only now, not at entry: with the
-  // trigger at entry, graph replays of run_post_pre at mid-sized T are slower than plain launches,
-  // with it here faster. run_pre keeps the trigger at entry, where the late one is the slower.
+  // post_pre lets its finalize (launched overlapped) be scheduled only once this CTA's groups are
+  // done, not at entry; run_pre triggers at entry. Same bits either way; why each entry triggers
+  // where it does: ops/norm/norm.mhc.md (launches).
   if (NS > 1) pdl_launch_dependents();
 }
 
