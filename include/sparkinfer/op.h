@@ -116,10 +116,11 @@ SK_API const char *sk_plan_arch(const sk_plan *plan);
  *  truncated to size); *needed (may be NULL) receives the full length + 1. */
 SK_API sk_status sk_plan_caps_json(const sk_plan *plan, char *buf, size_t size, size_t *needed);
 
-/** Kernels the plan resolved, in a fixed order: the count, and for index i the kernel handle
- *  (sparkinfer/jit.h) or NULL where the plan's caps never launch that slot. For tools and tests. */
-SK_API size_t sk_plan_kernel_count(const sk_plan *plan);
 struct sk_kernel;
+/** Kernels the plan resolved, in a fixed order: the count, and for index i the kernel handle
+ *  (sparkinfer/jit.h, owned by the runtime: valid for the process) or NULL where the plan's caps
+ *  never launch that slot, or i is past the count or plan is NULL. For tools and tests. */
+SK_API size_t sk_plan_kernel_count(const sk_plan *plan);
 SK_API const struct sk_kernel *sk_plan_kernel(const sk_plan *plan, size_t index);
 
 /* ---- tensor tables -------------------------------------------------------------------------- */
