@@ -294,8 +294,15 @@ static const sk_symbol *find_symbol(const sk_symbol *syms, int n, const char *na
 
 static void parse_rules(sk_plan *p) {
   for (size_t e = 0; e < p->def->num_entries; e++)
-    for (size_t t = 0; t < p->def->entries[e].num_tensors; t++)
-      parse_rule(p->shapes[p->rule_base[e] + t], p, &p->def->entries[e], &p->dims[p->rule_base[e] + t]);
+    for (size_t t = 0; t < p->def->entries[e].num_tensors; t++) {
+      const size_t i = p->rule_base[e] + t;
+      parse_rule(p->shapes[i], p, &p->def->entries[e], &p->dims[i]);
+      /* "the dtype of tensor X": the plan's view narrows to what the plan allows X (what
+       * sk_plan_tensor_info reports; bind still compares with the X it is given) */
+      const int like = p->def->entries[e].tensors[t].dtype_like;
+      if (like && (p->dtypes[i] & p->dtypes[p->rule_base[e] + (size_t)like - 1]))
+        p->dtypes[i] &= p->dtypes[p->rule_base[e] + (size_t)like - 1];
+    }
   p->dims_parsed = 1;
 }
 

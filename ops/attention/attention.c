@@ -155,7 +155,6 @@ static sk_status paged_select(sk_plan *p) {
     sk_plan_tensor_dtypes(p, e, P_Q, q);
     sk_plan_tensor_dtypes(p, e, P_K, c->kv_fp8 ? SK_DT_U8 : q);
     sk_plan_tensor_dtypes(p, e, P_V, c->kv_fp8 ? SK_DT_U8 : q);
-    sk_plan_tensor_dtypes(p, e, P_OUT, q);
     if (!c->kv_fp8) {
       sk_plan_tensor_presence(p, e, P_KS, SK_TENSOR_UNUSED);
       sk_plan_tensor_presence(p, e, P_VS, SK_TENSOR_UNUSED);
@@ -178,7 +177,6 @@ static sk_status varlen_select(sk_plan *p) {
     sk_plan_tensor_dtypes(p, e, V_Q, q);
     sk_plan_tensor_dtypes(p, e, V_K, q);
     sk_plan_tensor_dtypes(p, e, V_V, q);
-    sk_plan_tensor_dtypes(p, e, V_OUT, q);
   }
   return SK_OK;
 }
