@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base.h" /* sk_now_seconds */
 #include "harness/harness.h"
 #include "op.h" /* the spine (runtime/op.h): selection without kernels, fake views */
 
@@ -18,11 +19,7 @@
 #define SK_GIT_COMMIT "unknown"
 #endif
 
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
+static double now_ns(void) { return sk_now_seconds() * 1e9; }
 
 static int cmp(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
