@@ -3,6 +3,7 @@
 #   make test       Criterion suites that need no GPU (SAN=1: with ASan+UBSan, in build/san)
 #   make gpu-test   suites that need a CUDA GPU
 #   make bench      benchmarks (GPU)
+#   make bench-host host-side benchmarks on this machine, no GPU (the stub driver for the launch path)
 #   make demo       the main job: prebuild kernels with sk-warm, list the cache
 #   make install PREFIX=/usr/local DESTDIR=
 #   make deps       check (and as root, install) the Debian packages the build needs
@@ -68,7 +69,7 @@ SHLIB := $(BUILD)/lib/libsparkinfer.so.$(VERSION)
 STLIB := $(BUILD)/lib/libsparkinfer.a
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all lib tools test gpu-test bench demo install deps clean check-cuda gpu-bins compile-check kernel-lists
+.PHONY: all lib tools test gpu-test bench bench-host demo install deps clean check-cuda gpu-bins compile-check kernel-lists
 all: lib tools
 
 # ---- dependencies ------------------------------------------------------------------------
@@ -184,6 +185,17 @@ gpu-test: gpu-bins
 
 bench: lib tools $(BENCH_BINS)
 	@SK_BUILD=$(BUILD) sh bench/run-benches.sh $(BENCH_BINS)
+
+# A stand-in CUDA driver that does nothing (tests/stub/libcuda_stub.c): bench_host_mm measures the
+# library's own host path per call on it, on a machine without a GPU.
+STUB_DRIVER := $(BUILD)/stub/libcuda.so.1
+$(STUB_DRIVER): tests/stub/libcuda_stub.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -fPIC -shared -fvisibility=hidden -pthread -o $@ $<
+
+bench-host: lib $(STUB_DRIVER) $(BUILD)/bench/bench_host $(BUILD)/bench/bench_host_mm
+	$(BUILD)/bench/bench_host
+	SPARKINFER_CACHE_DIR=$(BUILD)/stub/cache LD_LIBRARY_PATH=$(BUILD)/stub $(BUILD)/bench/bench_host_mm
 
 # ---- manifests ---------------------------------------------------------------------------
 # Model manifests (tools/manifests/models/*.json) hold op caps per model; the kernel lists are

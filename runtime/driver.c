@@ -138,6 +138,26 @@ sk_status sk_driver_ensure_context(void) {
   return SK_OK;
 }
 
+sk_status sk_driver_current_device(int *dev) {
+  static _Thread_local void *memo_ctx;
+  static _Thread_local int memo_dev;
+  SK_TRY(sk_driver_ensure());
+  CUcontext ctx = NULL;
+  SK_CU(sk_cu.cuCtxGetCurrent((void **)&ctx), "cuCtxGetCurrent");
+  if (!ctx) {
+    SK_TRY(sk_driver_ensure_context());
+    SK_CU(sk_cu.cuCtxGetCurrent((void **)&ctx), "cuCtxGetCurrent");
+  }
+  if (ctx != memo_ctx) {
+    CUdevice d;
+    SK_CU(sk_cu.cuCtxGetDevice(&d), "cuCtxGetDevice");
+    memo_dev = d;
+    memo_ctx = ctx;
+  }
+  *dev = memo_dev;
+  return SK_OK;
+}
+
 void sk_arch_from_cc(int major, int minor, char *buf, size_t size) {
   /* Arch-specific targets ("a") unlock wgmma/TMA on sm_90 and block-scaled mma on sm_120. */
   snprintf(buf, size, "sm_%d%d%s", major, minor, major >= 9 ? "a" : "");

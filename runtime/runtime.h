@@ -58,6 +58,10 @@ const char *sk_freeze_reason(void);
 sk_status sk_driver_ensure(void);
 /* Make sure the calling thread has a current context (the device's primary one if none). */
 sk_status sk_driver_ensure_context(void);
+/* The current context's device ordinal (a context made current as sk_driver_ensure_context
+ * does when the thread has none), remembered per thread and context: one cuCtxGetCurrent a
+ * call once the thread has seen its context (as the per-thread arch of sk_kernel_resolve). */
+sk_status sk_driver_current_device(int *dev);
 /* Driver entry points used across the runtime; valid after sk_driver_ensure() == SK_OK. */
 typedef int sk_cu_result; /* CUresult */
 typedef struct sk_cu_ipc_handle { char reserved[64]; } sk_cu_ipc_handle; /* CUipcMemHandle */

@@ -211,21 +211,13 @@ static sk_plan *cache_add(plan_key key, sk_plan *p) {
   return winner;
 }
 
-/* The current device's ordinal (the context's), or SPARKINFER_DEVICE's when none is current. */
-static sk_status current_device(int *dev) {
-  SK_TRY(sk_driver_ensure());
-  SK_TRY(sk_driver_ensure_context());
-  SK_CU(sk_cu.cuCtxGetDevice(dev), "cuCtxGetDevice");
-  return SK_OK;
-}
-
 /* The plan for a problem on the current device (created on first use), or *owned when it could
  * not be cached (the caller destroys it). */
 static sk_status plan_for(int recipe, int out, int64_t m, int64_t n, int64_t k, const char *arch, sk_plan **plan,
                           sk_plan **owned) {
   *owned = NULL;
   int device = 0;
-  if (!arch) SK_TRY(current_device(&device));
+  if (!arch) SK_TRY(sk_driver_current_device(&device)); /* the context's, or SPARKINFER_DEVICE's when none is current */
   const int bucket = bucket_of(m);
   const plan_key key = make_key(recipe, out, bucket, arch ? 0xFF : device, n, k);
   sk_plan *p = arch ? NULL : cache_find(key);
