@@ -2,6 +2,7 @@
  * every mismatch connect refuses, and every entry point's answer to NULL / no device: a status
  * and a message, never a crash. The collectives themselves: tests/gpu/test_comm_gpu.c. */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_host.h"
@@ -101,4 +102,111 @@ Test(comm_host, entry_points_without_gpu) {
   cr_expect_eq(sk_comm_rank(NULL), -1);
   cr_expect_eq(sk_comm_world_size(NULL), -1);
   sk_comm_destroy(NULL);
+}
+
+static DLTensor bf16_view(uintptr_t addr, int ndim, int64_t *shape) {
+  DLTensor t = {.data = (void *)addr, .device = {kDLCUDA, 0}, .ndim = ndim, .dtype = {kDLBfloat, 16, 1}, .shape = shape};
+  return t;
+}
+
+/* The op without a communicator (what manifests and sk-warm make): caps rules, the entries' own
+ * bind rules, and run refused with a message. */
+Test(comm_host, op_caps_and_bind_rules) {
+  sk_comm_caps caps = SK_COMM_CAPS_INIT;
+  caps.arch = "sm_120a";
+  sk_plan *p = NULL;
+  EXPECT_REFUSED(sk_comm_plan_create(&caps, &p), SK_ERR_INVALID_ARGUMENT, "caps.world_size 0");
+  caps.world_size = 4;
+  caps.eps = 0.0f;
+  EXPECT_REFUSED(sk_comm_plan_create(&caps, &p), SK_ERR_INVALID_ARGUMENT, "caps.eps");
+  caps.eps = 1e-6f;
+  caps.max_bytes = 24;
+  EXPECT_REFUSED(sk_comm_plan_create(&caps, &p), SK_ERR_INVALID_ARGUMENT, "caps.max_bytes 24");
+  caps.max_bytes = 0;
+  caps.codec = SK_COMM_CODEC_INT8;
+  caps.topology = SK_COMM_TOPO_A2A;
+  cr_assert_eq(sk_comm_plan_create(&caps, &p), SK_OK, "%s", sk_last_error_message());
+  int64_t max_n = 0;
+  cr_expect_eq(sk_plan_symbol(p, "MAX_N", &max_n), SK_OK);
+  cr_expect_eq(max_n, 4 << 20, "8 MiB of bf16 without a communicator");
+
+  sk_binding *b = NULL;
+  int64_t n12[1] = {12}, n40[1] = {4 * 8 + 8}, n_big[1] = {(4 << 20) + 8};
+  DLTensor in = bf16_view(0x10000, 1, n12), out = bf16_view(0x20000, 1, n12);
+  const DLTensor *t[] = {&in, &out};
+  cr_assert_eq(sk_binding_create(p, "allreduce", &b), SK_OK);
+  EXPECT_REFUSED(sk_bind(b, t, 2, NULL, 0), SK_ERR_INVALID_ARGUMENT, "multiple of 8");
+  in.shape = out.shape = n_big;
+  EXPECT_REFUSED(sk_bind(b, t, 2, NULL, 0), SK_ERR_INVALID_ARGUMENT, "N");
+  sk_binding_destroy(b);
+  cr_assert_eq(sk_binding_create(p, "ring", &b), SK_OK);
+  in.shape = out.shape = n40;
+  EXPECT_REFUSED(sk_bind(b, t, 2, NULL, 0), SK_ERR_INVALID_ARGUMENT, "multiple of 8 * world size = 32");
+  int64_t n_ok[1] = {4 * 128 * 2};
+  in.shape = out.shape = n_ok;
+  cr_expect_eq(sk_bind(b, t, 2, NULL, 0), SK_OK, "%s", sk_last_error_message());
+  cr_expect_neq(sk_run(b, NULL), SK_OK, "a plan without a communicator ran");
+  sk_binding_destroy(b);
+
+  int64_t mh[2] = {3, 20}, h[1] = {20};
+  DLTensor x = bf16_view(0x10000, 2, mh), r = bf16_view(0x20000, 2, mh), w = bf16_view(0x30000, 1, h), o = bf16_view(0x40000, 2, mh);
+  const DLTensor *tn[] = {&x, &r, &w, &o};
+  cr_assert_eq(sk_binding_create(p, "add_rmsnorm", &b), SK_OK);
+  EXPECT_REFUSED(sk_bind(b, tn, 4, NULL, 0), SK_ERR_INVALID_ARGUMENT, "multiple of 8");
+  mh[1] = h[0] = 24;
+  cr_expect_eq(sk_bind(b, tn, 4, NULL, 0), SK_OK, "%s", sk_last_error_message());
+  sk_binding_destroy(b);
+  sk_plan_destroy(p);
+}
+
+/* A communicator's plans and the direct calls, on a communicator built by hand (no GPU): caps
+ * checked against it, the direct calls refuse bad tensors through the op's validator. */
+Test(comm_host, op_on_a_communicator) {
+  sk_comm *c = calloc(1, sizeof *c);
+  cr_assert(c);
+  sk_comm_config k = cfg(1, 4);
+  k.max_bytes = 1 << 20;
+  cr_assert_eq(sk_comm_config_check(&k, &c->cfg), SK_OK);
+  sk_comm_caps caps = SK_COMM_CAPS_INIT;
+  caps.arch = "sm_90a";
+  caps.comm = c;
+  caps.world_size = 2;
+  sk_plan *p = NULL;
+  EXPECT_REFUSED(sk_comm_plan_create(&caps, &p), SK_ERR_INVALID_ARGUMENT, "the communicator's is 4");
+  caps.world_size = 0;
+  caps.max_bytes = 2 << 20;
+  EXPECT_REFUSED(sk_comm_plan_create(&caps, &p), SK_ERR_INVALID_ARGUMENT, "exceeds the communicator's");
+  caps.max_bytes = 0;
+  for (int m = 0; m < SK_COMM_MODES; m++) {
+    caps.codec = m ? (sk_comm_codec)(1 + (m - 1) / 3) : SK_COMM_CODEC_BF16;
+    caps.topology = m ? (sk_comm_topology)((m - 1) % 3) : SK_COMM_TOPO_AG;
+    cr_assert_eq(sk_comm_mode_index(caps.codec, caps.topology), m);
+    cr_assert_eq(sk_comm_plan_create(&caps, &c->plan[m]), SK_OK, "%s", sk_last_error_message());
+  }
+  int64_t max_n = 0;
+  cr_expect_eq(sk_plan_symbol(c->plan[0], "MAX_N", &max_n), SK_OK);
+  cr_expect_eq(max_n, 1 << 19, "the communicator's max_bytes");
+
+  int64_t n[1] = {4 * 8 * 3}, bad[1] = {12};
+  DLTensor in = bf16_view(0x10000, 1, n), out = bf16_view(0x20000, 1, n);
+  EXPECT_REFUSED(sk_comm_allreduce(c, &in, &out, NULL), SK_ERR_INVALID_ARGUMENT, "not connected");
+  c->connected = 1;
+  EXPECT_REFUSED(sk_comm_allreduce(c, NULL, &out, NULL), SK_ERR_INVALID_ARGUMENT, "tensor in [N]: is required");
+  out.dtype.code = kDLFloat;
+  EXPECT_REFUSED(sk_comm_allreduce(c, &in, &out, NULL), SK_ERR_INVALID_ARGUMENT, "tensor out [N]: must be bfloat16");
+  out.dtype.code = kDLBfloat;
+  in.shape = out.shape = bad;
+  EXPECT_REFUSED(sk_comm_allreduce(c, &in, &out, NULL), SK_ERR_INVALID_ARGUMENT, "multiple of 8");
+  in.shape = out.shape = n;
+  EXPECT_REFUSED(sk_comm_allreduce_ring(c, &in, &out, (sk_comm_codec)7, SK_COMM_TOPO_AG, NULL), SK_ERR_INVALID_ARGUMENT,
+                 "not a wire mode");
+  EXPECT_REFUSED(sk_comm_allreduce_add_rmsnorm(c, &in, &in, &in, -1.0f, &out, NULL), SK_ERR_INVALID_ARGUMENT, "eps");
+  EXPECT_REFUSED(sk_comm_allreduce_add_rmsnorm(c, &in, &in, &in, 1e-6f, &out, NULL), SK_ERR_INVALID_ARGUMENT, "tensor x [M, H]");
+  /* valid tensors: the plans are offline here, so the call stops before any driver call */
+  cr_expect_eq(sk_comm_allreduce_ring(c, &in, &out, SK_COMM_CODEC_E4M3, SK_COMM_TOPO_RING, NULL), SK_ERR_NO_DEVICE, "%s",
+               sk_last_error_message());
+  c->poisoned = 1;
+  EXPECT_REFUSED(sk_comm_allreduce(c, &in, &out, NULL), SK_ERR_TIMEOUT, "timed out earlier");
+  for (int m = 0; m < SK_COMM_MODES; m++) sk_plan_destroy(c->plan[m]);
+  free(c);
 }

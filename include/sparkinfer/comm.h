@@ -2,10 +2,12 @@
  * sparkinfer/comm.h - comm.pcie: tensor-parallel collectives for 2..8 GPUs without NVLink (PCIe),
  * one process per rank. Contract, layouts and what ran where: ops/comm/comm.md.
  *
- * A communicator is a live handle, not an op plan: it owns device memory that its peers map
- * through CUDA IPC, so it cannot be described by JSON caps (manifests, warm-up records). Its
- * kernels are prebuilt like any other through tools/manifests/models/comm-pcie.json and resolved
- * by sk_comm_create.
+ * Two layers. A communicator (sk_comm) is the state: this rank's device buffer that the peers map
+ * through CUDA IPC, the peers' mappings, the rank. The collectives are the op "comm.pcie"
+ * (sparkinfer/op.h), a stateful op: its caps name the communicator (sk_comm_caps.comm), so a plan
+ * runs on that communicator's buffers; a plan without one (JSON caps in manifests, sk-warm, the
+ * warm-up record, sk_plan_create_json) resolves and caches the same kernels and binds, but does not
+ * run. The direct calls below (sk_comm_allreduce, ...) bind and run on plans the communicator owns.
  *
  * Life cycle (every rank, same config except `rank`):
  *
@@ -16,6 +18,7 @@
  *   sk_comm_connect(c, blobs, n, size);    maps every peer's buffer (cuIpcOpenMemHandle)
  *     or, instead of export + connect, sk_comm_connect_unix(c, "/tmp/job.sock") (built in)
  *   sk_comm_allreduce(c, in, out, stream)  ... any number of calls, graph capture allowed ...
+ *     or a plan: caps.comm = c; sk_comm_plan_create(&caps, &p); bind once, sk_run every step
  *   sk_comm_poll_error(c, stream)          after a sync: SK_ERR_TIMEOUT if a peer never came
  *   sk_comm_destroy(c);                    unmaps the peers' buffers, frees this rank's
  *
@@ -76,6 +79,8 @@ typedef enum sk_comm_topology {
   SK_COMM_TOPO_A2A = 2,  /**< quantize once, coded scatter with fp32 accumulation, coded broadcast */
 } sk_comm_topology;
 
+typedef struct sk_comm sk_comm;
+
 typedef struct sk_comm_config {
   size_t struct_size;  /**< sizeof(sk_comm_config), set by SK_COMM_CONFIG_INIT */
   int rank;            /**< 0 <= rank < world_size */
@@ -90,8 +95,6 @@ typedef struct sk_comm_config {
 } sk_comm_config;
 
 #define SK_COMM_CONFIG_INIT { sizeof(sk_comm_config), 0, 0, -1, (size_t)8 << 20, 30.0, 0 }
-
-typedef struct sk_comm sk_comm;
 
 /** Create this rank's communicator: validates the config, allocates and zeroes the shared buffer
  *  on the device (cuMemAlloc; the config's device's primary context is made current if the thread
@@ -125,9 +128,10 @@ SK_API sk_status sk_comm_connect_unix(sk_comm *comm, const char *path);
  *  mapped: destroy collectively (the memory is released when the last mapping goes). */
 SK_API void sk_comm_destroy(sk_comm *comm);
 
-/** One-shot all-reduce (sum): `in` and `out` are bf16 CUDA tensors of the same shape,
- *  contiguous, 16-byte aligned, whose byte size is a multiple of 16 and at most max_bytes; `out`
- *  may alias `in`. Every rank reads every peer's copy and sums in rank order 0..n-1 in fp32, then
+/** One-shot all-reduce (sum): `in` and `out` are 1-D bf16 CUDA tensors [N] (view a [M, H] buffer
+ *  as [M * H]), contiguous, 16-byte aligned, N a multiple of 8 with N * 2 <= max_bytes; `out` may
+ *  alias `in`. The op's entry "allreduce"; bad tensors are refused by the op spine's validator
+ *  (SK_ERR_INVALID_ARGUMENT naming the tensor and the rule). Every rank reads every peer's copy and sums in rank order 0..n-1 in fp32, then
  *  rounds to bf16 once: every rank's result is bitwise identical. For small messages (decode). */
 SK_API sk_status sk_comm_allreduce(sk_comm *comm, const DLTensor *in, const DLTensor *out, void *stream);
 
@@ -145,9 +149,9 @@ SK_API sk_status sk_comm_allreduce_add_rmsnorm(sk_comm *comm, const DLTensor *x,
 /** Ring all-reduce (sum) for large messages (prefill): reduce-scatter + all-gather around the ring
  *  0 -> 1 -> ... -> n-1 -> 0 (or, for SK_COMM_TOPO_A2A, a quantise-once all-to-all), whose data
  *  moves by copy-engine copies (cuMemcpyAsync into the peers' mapped buffers, enqueued on
- *  `stream`) while small kernels wait on flags and reduce. `in`, `out`: bf16 CUDA tensors of the
- *  same shape, contiguous, 16-byte aligned, n values with n a multiple of 8 * world_size and
- *  n * 2 <= max_bytes; `out` may alias `in`. Wire modes (comm.md, "Ring all-reduce"):
+ *  `stream`) while small kernels wait on flags and reduce. `in`, `out`: 1-D bf16 CUDA tensors [n],
+ *  contiguous, 16-byte aligned, n a multiple of 8 * world_size and n * 2 <= max_bytes; `out` may
+ *  alias `in` (the op's entry "ring"). Wire modes (comm.md, "Ring all-reduce"):
  *  SK_COMM_CODEC_BF16 (topology ignored) or a compressed codec x topology. A compressed codec
  *  needs every shard (n / world_size values) to be a multiple of 128, else the call runs the BF16
  *  ring (same results as codec BF16). Every rank's `out` is bitwise identical in every mode.
@@ -155,6 +159,44 @@ SK_API sk_status sk_comm_allreduce_add_rmsnorm(sk_comm *comm, const DLTensor *x,
  *  failure midway poisons the communicator (the peers then time out). */
 SK_API sk_status sk_comm_allreduce_ring(sk_comm *comm, const DLTensor *in, const DLTensor *out, sk_comm_codec codec,
                                         sk_comm_topology topology, void *stream);
+
+/* ---- the op: comm.pcie ------------------------------------------------------------------- */
+
+/** Caps of a comm.pcie plan (sk_plan_create("comm.pcie", &caps, &plan)). JSON form (manifests):
+ *  {"world_size": 4, "max_bytes": 8388608, "codec": "e4m3", "topology": "ring", "eps": 1e-6};
+ *  codec "bf16" | "e4m3" | "int8" | "mxfp8", topology "ag" | "ring" | "a2a".
+ *
+ *  Entries (tensors in order; bf16 CUDA tensors, contiguous, 16-byte aligned):
+ *   - "allreduce":   in [N], out [N]: the one-shot all-reduce (sk_comm_allreduce); N a multiple of
+ *                    8, 8 <= N <= max_bytes / 2
+ *   - "add_rmsnorm": x [M, H], residual [M, H] (read and written), weight [H], out [M, H]: the
+ *                    fused one-shot all-reduce + add + RMSNorm with caps.eps
+ *                    (sk_comm_allreduce_add_rmsnorm); H a multiple of 8 up to 16384, M * H <=
+ *                    max_bytes / 2
+ *   - "ring":        in [N], out [N]: the ring all-reduce in caps.codec x caps.topology
+ *                    (sk_comm_allreduce_ring); N a multiple of 8 * world_size
+ *  No scratch: the communicator's buffer is the op's memory. Run is collective: every rank runs the
+ *  same entries with the same shapes in the same order (stream-ordered, graph capture allowed).
+ *  Ownership: the plan keeps caps.comm; destroy its plans (and bindings) before the communicator.
+ *  A plan's runs use the communicator, so the communicator's one-thread rule covers them too. */
+typedef struct sk_comm_caps {
+  size_t struct_size;        /**< sizeof(sk_comm_caps), set by SK_COMM_CAPS_INIT */
+  int world_size;            /**< 2..8; 0 = caps.comm's (required without a communicator) */
+  int64_t max_bytes;         /**< bound of one run's payload, bytes per rank; 0 = caps.comm's
+                                  config.max_bytes (8 MiB without one); at most the communicator's */
+  sk_comm_codec codec;       /**< "ring": the wire codec (default BF16) */
+  sk_comm_topology topology; /**< "ring": where a compressed codec is used (default AG) */
+  float eps;                 /**< "add_rmsnorm": > 0 (default 1e-6) */
+  const char *arch;          /**< NULL = the current device's */
+  sk_comm *comm;             /**< the communicator the plan runs on; NULL: compile and bind only
+                                  (run returns SK_ERR_INVALID_ARGUMENT) */
+} sk_comm_caps;
+
+#define SK_COMM_CAPS_INIT { sizeof(sk_comm_caps), 0, 0, SK_COMM_CODEC_BF16, SK_COMM_TOPO_AG, 1e-6f, NULL, NULL }
+
+static inline sk_status sk_comm_plan_create(const sk_comm_caps *caps, sk_plan **plan) {
+  return sk_plan_create("comm.pcie", caps, plan);
+}
 
 /** Read the communicator's device error word (a stream-ordered copy on `stream`, then a sync of
  *  that stream): SK_OK, or SK_ERR_TIMEOUT naming the peer a kernel waited for in vain. */

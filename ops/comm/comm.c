@@ -1,6 +1,6 @@
 /* ops/comm/comm.c - the comm.pcie communicator (sparkinfer/comm.h): one device buffer per rank
- * (layout: comm/layout.cuh) shared through legacy CUDA IPC, the handle blob, the collectives'
- * argument checks and launches (kernels: comm/oneshot.cuh), and the device error word. */
+ * (layout: comm/layout.cuh) shared through legacy CUDA IPC, the handle blob, its plans and the
+ * device error word. The collectives (the op and its direct calls): pcie.c. */
 #include <dlpack/dlpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,21 +13,8 @@
 #include "runtime.h"
 
 #define DEFAULT_BLOCKS 36  /* upstream's one-shot needs 36 SMs */
-#define MAX_BYTES_LIMIT ((size_t)1 << 30)
-#define MAX_HIDDEN 16384
+#define MAX_BYTES_LIMIT SK_COMM_MAX_BYTES_LIMIT
 
-struct sk_comm {
-  sk_comm_config cfg;
-  unsigned long long buf;                       /* this rank's buffer (cuMemAlloc) */
-  size_t buf_bytes;
-  sk_cu_ipc_handle ipc;
-  unsigned long long peer[SK_COMM_MAX_RANKS];   /* every rank's buffer as mapped here */
-  int connected, poisoned;
-  const sk_kernel *k_allreduce, *k_rmsnorm;
-  /* ring all-reduce (ring.cuh): index = codec (encode / hop / accum: 1..3) */
-  const sk_kernel *k_signal, *k_end, *k_add, *k_store[4], *k_encode[4], *k_hop[4], *k_accum[4];
-  uint32_t err_host[2];
-};
 
 /* ---- config and blob (no GPU) --------------------------------------------------------------- */
 
@@ -125,40 +112,22 @@ static sk_status make_current(int device) {
   return SK_OK;
 }
 
-static sk_status resolve(int world, const char *kind, const sk_kernel **out) {
-  char name[64], params[32];
-  snprintf(name, sizeof name, "sk_comm::%s<%d>", kind, world);
-  snprintf(params, sizeof params, "world=%d", world);
-  sk_kernel_request req = {.op = "comm.pcie", .source = "comm/oneshot.cuh", .name_expr = name, .params = params};
-  sk_kernel *k = NULL;
-  SK_TRY(sk_kernel_resolve(&req, &k));
-  *out = k;
+/* The plans of the direct calls (sk_comm_allreduce, ...), one per wire mode, on this
+ * communicator (their kernels resolve here, so a freeze after create leaves every call working). */
+static sk_status make_plans(sk_comm *c) {
+  for (int k = 0; k < 4; k++)
+    for (int t = 0; t < (k ? 3 : 1); t++) {
+      sk_comm_caps caps = SK_COMM_CAPS_INIT;
+      caps.comm = c;
+      caps.codec = (sk_comm_codec)k;
+      caps.topology = (sk_comm_topology)t;
+      SK_TRY(sk_comm_plan_create(&caps, &c->plan[sk_comm_mode_index(caps.codec, caps.topology)]));
+    }
   return SK_OK;
 }
 
-/* A ring kernel (ring.cuh): codec < 0 for the untemplated ones (params "ring"). */
-static sk_status resolve_ring(const char *kind, int codec, const sk_kernel **out) {
-  char name[64], params[32];
-  if (codec < 0) snprintf(name, sizeof name, "sk_comm::%s", kind), snprintf(params, sizeof params, "ring");
-  else snprintf(name, sizeof name, "sk_comm::%s<%d>", kind, codec), snprintf(params, sizeof params, "codec=%d", codec);
-  sk_kernel_request req = {.op = "comm.pcie", .source = "comm/ring.cuh", .name_expr = name, .params = params};
-  sk_kernel *k = NULL;
-  SK_TRY(sk_kernel_resolve(&req, &k));
-  *out = k;
-  return SK_OK;
-}
-
-static sk_status resolve_ring_all(sk_comm *c) {
-  SK_TRY(resolve_ring("ring_signal", -1, &c->k_signal));
-  SK_TRY(resolve_ring("ring_end", -1, &c->k_end));
-  SK_TRY(resolve_ring("ring_add", -1, &c->k_add));
-  for (int k = 0; k < 4; k++) SK_TRY(resolve_ring("ring_store", k, &c->k_store[k]));
-  for (int k = 1; k < 4; k++) {
-    SK_TRY(resolve_ring("ring_encode", k, &c->k_encode[k]));
-    SK_TRY(resolve_ring("ring_hop", k, &c->k_hop[k]));
-    SK_TRY(resolve_ring("ring_accum", k, &c->k_accum[k]));
-  }
-  return SK_OK;
+static void destroy_plans(sk_comm *c) {
+  for (int k = 0; k < SK_COMM_MODES; k++) sk_plan_destroy(c->plan[k]), c->plan[k] = NULL;
 }
 
 SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
@@ -184,9 +153,7 @@ SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
   sk_ring_plan layout;
   sk_ring_layout(cfg.world_size, cfg.max_bytes, &layout); /* one-shot slots, then the ring area */
   c->buf_bytes = layout.buffer_bytes;
-  sk_status s = resolve(cfg.world_size, "allreduce", &c->k_allreduce);
-  if (s == SK_OK) s = resolve(cfg.world_size, "add_rmsnorm", &c->k_rmsnorm);
-  if (s == SK_OK) s = resolve_ring_all(c);
+  sk_status s = make_plans(c);
   sk_cu_result r = 0;
   if (s == SK_OK && (r = sk_cu.cuMemAlloc(&c->buf, c->buf_bytes)) != 0) s = sk_cuda_error(r, "cuMemAlloc (comm.pcie buffer)");
   if (s == SK_OK && (r = sk_cu.cuMemsetD8(c->buf, 0, c->buf_bytes)) != 0) s = sk_cuda_error(r, "cuMemsetD8");
@@ -194,6 +161,7 @@ SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
   if (s != SK_OK) {
     s = sk_wrap_error(s, "sk_comm_create (rank %d of %d)", cfg.rank, cfg.world_size);
     if (c->buf) sk_cu.cuMemFree(c->buf);
+    destroy_plans(c);
     free(c);
     return s;
   }
@@ -273,167 +241,15 @@ SK_API void sk_comm_destroy(sk_comm *comm) {
   if (make_current(comm->cfg.device) == SK_OK && sk_cu.cuCtxSynchronize) sk_cu.cuCtxSynchronize();
   unmap_peers(comm);
   if (comm->buf) sk_cu.cuMemFree(comm->buf);
+  destroy_plans(comm);
   free(comm);
 }
 
-SK_API int sk_comm_rank(const sk_comm *comm) { return comm ? comm->cfg.rank : -1; }
-SK_API int sk_comm_world_size(const sk_comm *comm) { return comm ? comm->cfg.world_size : -1; }
-
-/* ---- collectives ------------------------------------------------------------------------------- */
-
-static sk_status ready(const sk_comm *c, const char *fn) {
+sk_status sk_comm_ready(const sk_comm *c, const char *fn) {
   if (!c) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
   if (c->poisoned)
     return sk_set_error(SK_ERR_TIMEOUT, "%s: rank %d's communicator timed out earlier; destroy it", fn, c->cfg.rank);
   if (!c->connected) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: rank %d is not connected (sk_comm_connect)", fn, c->cfg.rank);
-  return SK_OK;
-}
-
-/* A contiguous bf16 CUDA tensor, 16-byte aligned; its element count in *n. */
-static sk_status check_bf16(const char *fn, const char *name, const DLTensor *t, int rank_want, int64_t *n) {
-  if (!t) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s is NULL", fn, name);
-  if (t->device.device_type != kDLCUDA)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s: device type %d, expected CUDA", fn, name, (int)t->device.device_type);
-  if (t->dtype.code != kDLBfloat || t->dtype.bits != 16 || t->dtype.lanes != 1)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s: dtype must be bfloat16", fn, name);
-  if (t->ndim < 1 || (rank_want > 0 && t->ndim != rank_want))
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s: %d dims%s", fn, name, t->ndim, rank_want == 2 ? ", expected 2" : "");
-  int64_t count = 1, expect_stride = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    if (t->shape[d] < 1) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s: extent %lld of dim %d", fn, name, (long long)t->shape[d], d);
-    if (t->strides && t->shape[d] > 1 && t->strides[d] != expect_stride)
-      return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s: not contiguous (dim %d stride %lld)", fn, name, d, (long long)t->strides[d]);
-    expect_stride *= t->shape[d];
-    if (count > ((int64_t)1 << 40) / t->shape[d]) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s: too large", fn, name);
-    count *= t->shape[d];
-  }
-  if (!t->data || ((uintptr_t)t->data + t->byte_offset) % 16)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: tensor %s: data must be non-NULL and 16-byte aligned", fn, name);
-  *n = count;
-  return SK_OK;
-}
-static void *ptr(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
-
-static sk_status launch(sk_comm *c, const sk_kernel *k, void *stream, void **args) {
-  const sk_dim3 grid = {(unsigned)c->cfg.max_blocks, 1, 1}, block = {SK_COMM_THREADS, 1, 1};
-  return sk_kernel_launch(k, grid, block, 0, stream, args);
-}
-
-SK_API sk_status sk_comm_allreduce(sk_comm *comm, const DLTensor *in, const DLTensor *out, void *stream) {
-  static const char fn[] = "sk_comm_allreduce";
-  SK_TRY(ready(comm, fn));
-  int64_t n = 0, n_out = 0;
-  SK_TRY(check_bf16(fn, "in", in, 0, &n));
-  SK_TRY(check_bf16(fn, "out", out, 0, &n_out));
-  if (n != n_out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: in has %lld elements, out %lld", fn, (long long)n, (long long)n_out);
-  if ((n * 2) % 16 || (uint64_t)n * 2 > comm->cfg.max_bytes)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: %lld bytes: a multiple of 16 up to max_bytes %zu", fn, (long long)n * 2,
-                        comm->cfg.max_bytes);
-  unsigned long long own = comm->buf, slot = comm->cfg.max_bytes, chunks = (unsigned long long)n / 8;
-  unsigned long long timeout_ns = (unsigned long long)(comm->cfg.timeout_s * 1e9);
-  int rank = comm->cfg.rank;
-  void *pin = ptr(in), *pout = ptr(out);
-  void *args[] = {&own, &rank, &slot, &timeout_ns, &pin, &pout, &chunks};
-  return launch(comm, comm->k_allreduce, stream, args);
-}
-
-SK_API sk_status sk_comm_allreduce_add_rmsnorm(sk_comm *comm, const DLTensor *x, const DLTensor *residual, const DLTensor *weight,
-                                               float eps, const DLTensor *out, void *stream) {
-  static const char fn[] = "sk_comm_allreduce_add_rmsnorm";
-  SK_TRY(ready(comm, fn));
-  int64_t nx, nr, nw, no;
-  SK_TRY(check_bf16(fn, "x", x, 2, &nx));
-  SK_TRY(check_bf16(fn, "residual", residual, 2, &nr));
-  SK_TRY(check_bf16(fn, "weight", weight, 1, &nw));
-  SK_TRY(check_bf16(fn, "out", out, 2, &no));
-  const int64_t m = x->shape[0], h = x->shape[1];
-  if (residual->shape[0] != m || residual->shape[1] != h || out->shape[0] != m || out->shape[1] != h || nw != h)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: shapes disagree: x [%lld, %lld], residual and out must match, weight [%lld]", fn,
-                        (long long)m, (long long)h, (long long)h);
-  if (h % 8 || h > MAX_HIDDEN)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: H %lld must be a multiple of 8 up to %d", fn, (long long)h, MAX_HIDDEN);
-  if ((uint64_t)nx * 2 > comm->cfg.max_bytes || m > 0x7FFFFFFF)
-    return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: x holds %lld bytes, max_bytes %zu", fn, (long long)nx * 2, comm->cfg.max_bytes);
-  if (!(eps > 0.0f) || eps != eps) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: eps %g must be > 0", fn, (double)eps);
-  unsigned long long own = comm->buf, slot = comm->cfg.max_bytes, timeout_ns = (unsigned long long)(comm->cfg.timeout_s * 1e9);
-  int rank = comm->cfg.rank, rows = (int)m, h8 = (int)(h / 8);
-  void *px = ptr(x), *pr = ptr(residual), *pw = ptr(weight), *po = ptr(out);
-  void *args[] = {&own, &rank, &slot, &timeout_ns, &px, &pr, &pw, &po, &rows, &h8, &eps};
-  return launch(comm, comm->k_rmsnorm, stream, args);
-}
-
-/* ---- ring all-reduce: the program of ring_plan.c issued into the stream ---------------------- */
-
-static unsigned long long ring_addr(const sk_comm *c, const sk_ring_plan *p, sk_ring_ref r, void *in, void *out) {
-  switch (r.space) {
-  case SK_RING_IN: return (unsigned long long)(uintptr_t)in + r.offset;
-  case SK_RING_OUT: return (unsigned long long)(uintptr_t)out + r.offset;
-  case SK_RING_RECV: return c->peer[r.rank] + p->recv_offset + r.offset;
-  default: return c->buf + p->stage_offset + r.offset;
-  }
-}
-
-static sk_status ring_issue(sk_comm *c, const sk_ring_plan *p, const sk_ring_op *o, void *in, void *out, void *stream) {
-  unsigned long long own = c->buf, timeout_ns = (unsigned long long)(c->cfg.timeout_s * 1e9), values = (unsigned long long)o->values;
-  unsigned long long dst = ring_addr(c, p, o->dst, in, out), src = ring_addr(c, p, o->src, in, out), a = ring_addr(c, p, o->a, in, out);
-  unsigned long long out2 = o->has_out2 ? ring_addr(c, p, o->out2, in, out) : 0, stride = o->bytes;
-  int rank = c->cfg.rank, world = c->cfg.world_size, target = o->target, slot = o->slot, wslot = o->wait_slot, wsrc = o->wait_src;
-  const sk_dim3 one = {1, 1, 1}, warp = {32, 1, 1}, grid = {(unsigned)c->cfg.max_blocks, 1, 1}, block = {SK_COMM_THREADS, 1, 1};
-  const int k = (int)o->codec;
-  switch (o->kind) {
-  case SK_RING_COPY: SK_CU(sk_cu.cuMemcpyAsync(dst, src, o->bytes, stream), "cuMemcpyAsync (comm.pcie ring copy)"); return SK_OK;
-  case SK_RING_SIGNAL: {
-    void *args[] = {&own, &target, &slot, &rank};
-    return sk_kernel_launch(c->k_signal, one, warp, 0, stream, args);
-  }
-  case SK_RING_END: {
-    void *args[] = {&own, &timeout_ns, &wslot, &wsrc};
-    return sk_kernel_launch(c->k_end, one, warp, 0, stream, args);
-  }
-  case SK_RING_ADD: {
-    void *args[] = {&own, &timeout_ns, &wslot, &wsrc, &a, &src, &dst, &values};
-    return sk_kernel_launch(c->k_add, grid, block, 0, stream, args);
-  }
-  case SK_RING_STORE: {
-    void *args[] = {&own, &timeout_ns, &wslot, &wsrc, &src, &dst, &values};
-    return sk_kernel_launch(c->k_store[k], grid, block, 0, stream, args);
-  }
-  case SK_RING_ENCODE: {
-    void *args[] = {&src, &dst, &out2, &values};
-    return sk_kernel_launch(c->k_encode[k], grid, block, 0, stream, args);
-  }
-  case SK_RING_HOP: {
-    void *args[] = {&own, &timeout_ns, &wslot, &wsrc, &src, &a, &dst, &out2, &values};
-    return sk_kernel_launch(c->k_hop[k], grid, block, 0, stream, args);
-  }
-  case SK_RING_ACCUM: {
-    void *args[] = {&own, &timeout_ns, &rank, &world, &wslot, &src, &stride, &a, &dst, &out2, &values};
-    return sk_kernel_launch(c->k_accum[k], grid, block, 0, stream, args);
-  }
-  }
-  return sk_set_error(SK_ERR_INTERNAL, "comm.pcie ring: op kind %d", (int)o->kind);
-}
-
-SK_API sk_status sk_comm_allreduce_ring(sk_comm *comm, const DLTensor *in, const DLTensor *out, sk_comm_codec codec,
-                                        sk_comm_topology topology, void *stream) {
-  static const char fn[] = "sk_comm_allreduce_ring";
-  SK_TRY(ready(comm, fn));
-  int64_t n = 0, n_out = 0;
-  SK_TRY(check_bf16(fn, "in", in, 0, &n));
-  SK_TRY(check_bf16(fn, "out", out, 0, &n_out));
-  if (n != n_out) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: in has %lld elements, out %lld", fn, (long long)n, (long long)n_out);
-  sk_ring_plan plan;
-  SK_TRY(sk_ring_plan_make(comm->cfg.world_size, comm->cfg.max_bytes, n, codec, topology, &plan));
-  sk_ring_op ops[SK_RING_MAX_OPS];
-  const int count = sk_ring_program(&plan, comm->cfg.rank, ops);
-  for (int i = 0; i < count; i++) {
-    sk_status s = ring_issue(comm, &plan, &ops[i], ptr(in), ptr(out), stream);
-    /* a failure mid-program leaves the peers waiting (they time out); this rank cannot continue */
-    if (s != SK_OK) {
-      comm->poisoned = 1;
-      return sk_wrap_error(s, "%s: rank %d, op %d of %d (the communicator is unusable now)", fn, comm->cfg.rank, i, count);
-    }
-  }
   return SK_OK;
 }
 
@@ -449,3 +265,7 @@ SK_API sk_status sk_comm_poll_error(sk_comm *comm, void *stream) {
                       "same collectives); the communicator is unusable, destroy it",
                       comm->cfg.rank, comm->cfg.timeout_s, comm->err_host[1]);
 }
+
+SK_API int sk_comm_rank(const sk_comm *comm) { return comm ? comm->cfg.rank : -1; }
+SK_API int sk_comm_world_size(const sk_comm *comm) { return comm ? comm->cfg.world_size : -1; }
+

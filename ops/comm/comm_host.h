@@ -1,11 +1,37 @@
-/* ops/comm/comm_host.h - comm.pcie host internals that the CPU tests reach: the handle blob's
- * format (written by sk_comm_export, checked by sk_comm_connect) and the config rules. */
+/* ops/comm/comm_host.h - comm.pcie host internals: the communicator (comm.c) as the op (pcie.c)
+ * sees it, and what the CPU tests reach: the handle blob's format (written by sk_comm_export,
+ * checked by sk_comm_connect) and the config rules. */
 #ifndef SK_COMM_HOST_H
 #define SK_COMM_HOST_H
 
 #include <stdint.h>
 
+#include "runtime.h" /* sk_cu_ipc_handle */
 #include "sparkinfer/comm.h"
+
+#define SK_COMM_MAX_BYTES_LIMIT ((size_t)1 << 30)
+#define SK_COMM_DEFAULT_MAX_BYTES ((size_t)8 << 20) /* sk_comm_config's and an offline plan's */
+#define SK_COMM_MAX_HIDDEN 16384
+
+/* The ten wire modes: BF16, then codec x topology for the three coded codecs. */
+#define SK_COMM_MODES 10
+static inline int sk_comm_mode_index(sk_comm_codec codec, sk_comm_topology topology) {
+  return codec == SK_COMM_CODEC_BF16 ? 0 : 1 + ((int)codec - 1) * 3 + (int)topology;
+}
+
+struct sk_comm {
+  sk_comm_config cfg;
+  unsigned long long buf;                       /* this rank's buffer (cuMemAlloc) */
+  size_t buf_bytes;
+  sk_cu_ipc_handle ipc;
+  unsigned long long peer[SK_COMM_MAX_RANKS];   /* every rank's buffer as mapped here */
+  int connected, poisoned;
+  sk_plan *plan[SK_COMM_MODES];                 /* comm.pcie plans of the direct calls, by wire mode */
+  uint32_t err_host[2];
+};
+
+/* Ready for a collective: connected, not poisoned. `fn` names the caller in the message. */
+sk_status sk_comm_ready(const sk_comm *c, const char *fn);
 
 /* The blob, little-endian on this host: "SKCOMM01", u32 version, u32 rank, u32 world, u32 pid,
  * u64 max_bytes, u32 blocks, u32 0, 64 bytes CUipcMemHandle; zero padding to

@@ -26,7 +26,7 @@ void sk_ring_layout(int world, size_t max_bytes, sk_ring_plan *p) {
 
 sk_status sk_ring_plan_make(int world, size_t max_bytes, int64_t n, sk_comm_codec codec, sk_comm_topology topology,
                             sk_ring_plan *p) {
-  static const char fn[] = "sk_comm_allreduce_ring";
+  static const char fn[] = "ring all-reduce";
   if (!p) return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
   if (world < 2 || world > SK_COMM_MAX_RANKS)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "%s: world size %d (2..%d)", fn, world, SK_COMM_MAX_RANKS);

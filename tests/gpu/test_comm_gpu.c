@@ -218,10 +218,20 @@ static int graph_replay(sk_comm *c, int rank, int world, cudaStream_t s) {
   CUDA_CHILD(cudaMalloc(&din, (size_t)n * 2));
   CUDA_CHILD(cudaMalloc(&dout, (size_t)n * 2));
   DLTensor in = view(din, shape, 1), out = view(dout, shape, 1);
+  /* the captured call through the op API (a plan on this communicator, bound once), the eager
+   * one below through the direct call */
+  sk_comm_caps caps = SK_COMM_CAPS_INIT;
+  caps.comm = c;
+  sk_plan *plan = NULL;
+  sk_binding *b = NULL;
+  CHILD_OK(sk_comm_plan_create(&caps, &plan));
+  CHILD_OK(sk_binding_create(plan, "allreduce", &b));
+  const DLTensor *tensors[] = {&in, &out};
+  CHILD_OK(sk_bind(b, tensors, 2, NULL, 0));
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CUDA_CHILD(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  CHILD_OK(sk_comm_allreduce(c, &in, &out, s));
+  CHILD_OK(sk_run(b, s));
   CUDA_CHILD(cudaStreamEndCapture(s, &g));
   CUDA_CHILD(cudaGraphInstantiate(&ge, g, 0));
   uint16_t *h = malloc((size_t)n * 2);
@@ -245,6 +255,8 @@ static int graph_replay(sk_comm *c, int rank, int world, cudaStream_t s) {
   free(h);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
+  sk_binding_destroy(b);
+  sk_plan_destroy(plan);
   cudaFree(din), cudaFree(dout);
   return bad;
 }
