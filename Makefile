@@ -65,6 +65,7 @@ HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SR
 BENCH_SRCS := $(sort $(wildcard bench/*.c))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 TOOL_BINS := $(BUILD)/bin/sk-warm $(BUILD)/bin/sk-cache
+STUB_DRIVER := $(BUILD)/stub/libcuda.so.1
 SHLIB := $(BUILD)/lib/libsparkinfer.so.$(VERSION)
 STLIB := $(BUILD)/lib/libsparkinfer.a
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -175,7 +176,7 @@ $(BUILD)/bench/%: bench/%.c $(STLIB) $(BUILD)/lib/libskref.a $(HARNESS_LIB)
 	@mkdir -p $(@D) $(BUILD)/deps
 	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests -DSK_GIT_COMMIT='"$(GIT_COMMIT)"' $(ALL_LDFLAGS) -o $@ $< $(HARNESS_LIB) $(BUILD)/lib/libskref.a $(STLIB) -lcudart_static -lrt $(LDLIBS)
 
-test: lib tools $(TEST_BINS) $(HELPER_BINS)
+test: lib tools $(TEST_BINS) $(HELPER_BINS) $(STUB_DRIVER)
 	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(TEST_BINS)
 
 gpu-bins: lib tools $(GPU_TEST_BINS) $(HELPER_BINS) $(BENCH_BINS) $(BUILD)/lib/libskref_mhc.so
@@ -186,9 +187,9 @@ gpu-test: gpu-bins
 bench: lib tools $(BENCH_BINS)
 	@SK_BUILD=$(BUILD) sh bench/run-benches.sh $(BENCH_BINS)
 
-# A stand-in CUDA driver that does nothing (tests/stub/libcuda_stub.c): bench_host_mm measures the
-# library's own host path per call on it, on a machine without a GPU.
-STUB_DRIVER := $(BUILD)/stub/libcuda.so.1
+# A stand-in CUDA driver that does nothing (tests/stub/libcuda_stub.c): host paths run end to end
+# on it without a GPU (test_comm_stub, through SPARKINFER_CUDA_DRIVER), and bench_host_mm measures
+# the library's own host cost per call on it.
 $(STUB_DRIVER): tests/stub/libcuda_stub.c
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -fPIC -shared -fvisibility=hidden -pthread -o $@ $<

@@ -19,10 +19,12 @@ static int primary_ordinal = 0;
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
 static void driver_load(void) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  const char *path = sk_env_str("SPARKINFER_CUDA_DRIVER"); /* docs/env.md: another driver library (the stub) */
+  if (!path) path = "libcuda.so.1";
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     snprintf(driver_message, sizeof driver_message,
-             "the CUDA driver (libcuda.so.1) could not be loaded: %s", dlerror());
+             "the CUDA driver (%.256s) could not be loaded: %s", path, dlerror());
     driver_status = SK_ERR_NO_DRIVER;
     return;
   }

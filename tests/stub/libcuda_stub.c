@@ -107,7 +107,12 @@ EXPORT unsigned sk_stub_last_launch(unsigned *grid, unsigned *block, unsigned *s
   return last_num_attrs;
 }
 
+/* cuIpcOpenMemHandle(CUdeviceptr *, CUipcMemHandle (64 bytes, by value: on the stack), flags):
+ * a fresh fake address per mapping. */
+static CUresult cu_ipc_open(unsigned long long *p) { return cu_mem_alloc(p, 1); }
+
 static const struct { const char *name; void *fn; } table[] = {
+    {"cuIpcOpenMemHandle", (void *)cu_ipc_open},
     {"cuLaunchKernelEx", (void *)cu_launch_ex},
     {"cuInit", (void *)cu_init},
     {"cuDriverGetVersion", (void *)cu_driver_version},
