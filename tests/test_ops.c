@@ -38,17 +38,8 @@ typedef struct bound_case {
   size_t scratch_bytes;
 } bound_case;
 
-/* Fake device views at distinct 4 KiB-aligned addresses (never dereferenced). */
-static void make_views(bound_case *bc) {
-  uintptr_t addr = (uintptr_t)1 << 40;
-  for (size_t i = 0; i < bc->n; i++) {
-    skh_tensor *t = &bc->t[i];
-    bc->dl[i] = (DLTensor){(void *)addr, {kDLCUDA, 0}, t->ndim, t->dtype, t->shape, t->strided ? t->strides : NULL, 0};
-    bc->ptrs[i] = t->present ? &bc->dl[i] : NULL;
-    addr += (t->bytes + 4095) / 4096 * 4096 + 4096;
-  }
-  bc->scratch = (void *)addr;
-}
+/* Fake device views (never dereferenced). */
+static void make_views(bound_case *bc) { bc->scratch = skh_fake_views(bc->t, bc->n, bc->dl, bc->ptrs); }
 
 static void expect_refusal(sk_binding *b, bound_case *bc, const char *tensor, const char *what, const char *case_name) {
   const sk_status s = sk_bind(b, bc->ptrs, bc->n, bc->scratch, bc->scratch_bytes);

@@ -57,7 +57,7 @@ static void get(size_t i, skh_case *c) {
     skh_case_sym(c, "H", s->h);
     snprintf(c->name, sizeof c->name, "%s w%d m=%lld h=%lld", s->entry, s->world, (long long)s->m, (long long)s->h);
   }
-  c->flags = SKH_CPU;
+  c->flags = SKH_CPU | SKH_NO_RUN;
 }
 
 static void fill(const skh_case *c, skh_tensor *t, size_t n, skref_rng *rng) {

@@ -299,6 +299,17 @@ sk_status skh_plan_offline(const skh_op *op, const skh_case *c, const char *arch
   return sk_plan_select_only(def, caps, &props, plan);
 }
 
+void *skh_fake_views(const skh_tensor *t, size_t n, DLTensor *dl, const DLTensor **ptrs) {
+  uintptr_t addr = (uintptr_t)1 << 40;
+  for (size_t i = 0; i < n; i++) {
+    dl[i] = (DLTensor){(void *)addr, {kDLCUDA, 0}, t[i].ndim, t[i].dtype, (int64_t *)t[i].shape,
+                       t[i].strided ? (int64_t *)t[i].strides : NULL, 0};
+    ptrs[i] = t[i].present ? &dl[i] : NULL;
+    addr += (t[i].bytes + 4095) / 4096 * 4096 + 4096;
+  }
+  return (void *)addr;
+}
+
 sk_status skh_plan(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan) {
   const sk_op_def *def = sk_find_op(op->op);
   if (!def) return sk_set_error(SK_ERR_NOT_FOUND, "no op %s", op->op);

@@ -34,6 +34,7 @@ enum {
   SKH_GPU = 1u << 1,        /* run on the GPU against the reference */
   SKH_BENCH = 1u << 2,      /* timed by bench_ops (the reference is not computed) */
   SKH_NO_GRAPH = 1u << 3,   /* skip the graph-replay check */
+  SKH_NO_RUN = 1u << 4,     /* runs need state the harness cannot make (comm.pcie's peers): plan and bind only */
   SKH_TEST = SKH_CPU | SKH_GPU,
 };
 
@@ -152,6 +153,10 @@ int skh_tensors_for(const skh_op *op, const skh_case *c, const sk_plan *plan, sk
 void skh_tensors_free(skh_tensor *t, size_t n);
 /* Compare output i: 0 on success, else a message in err. */
 int skh_compare(const skh_tensor *t, const skh_tolerance *tol, char *err, size_t errlen);
+/* Fake device views of a case's tensors at distinct 4 KiB-aligned addresses from 2^40 (never
+ * dereferenced: for binds on the CPU and runs on the stub driver): dl[i] views t[i], ptrs[i] is
+ * &dl[i] or NULL for an absent tensor; returns an address past them all for the scratch. */
+void *skh_fake_views(const skh_tensor *t, size_t n, DLTensor *dl, const DLTensor **ptrs);
 /* Create the plan of a case; arch NULL = the caps' (the device's). */
 sk_status skh_plan(const skh_op *op, const skh_case *c, const char *arch, sk_plan **plan);
 /* The case's plan for `arch` by selection alone (no kernels resolved, no GPU): the arch table's

@@ -1,0 +1,95 @@
+/* The harness's run path on the stub driver (tests/stub/stub.h; no GPU), one test per registered
+ * op: every SKH_CPU / SKH_GPU case of its table gets a real plan for sm_90a (its kernels compile
+ * with NVRTC into the build's stub cache and "load" on the stub), binds fake views and the scratch,
+ * and runs:
+ *  - sk_run returns SK_OK and launches at least one kernel;
+ *  - a run makes no driver call but launches and stream-ordered memsets / copies (no allocation,
+ *    no synchronisation, no module load: the op.h contract of run);
+ *  - after sk_freeze_kernel_resolution the same plans are made again from the process table and
+ *    run the same number of launches.
+ * What the kernels compute is the GPU suite's (tests/gpu/test_ops_gpu.c); this one finds host
+ * bugs of the run callbacks (an unset kernel slot, a launch the driver would refuse for its
+ * geometry, a run that synchronises) on every machine, under SAN=1 too. */
+#include <criterion/parameterized.h>
+
+#include "harness/harness.h"
+#include "stub/stub.h"
+
+/* Driver entries a run may use. */
+static const char *const run_entries[] = {"cuLaunchKernelEx", "cuLaunchKernel", "cuMemsetD8Async", "cuMemsetD32Async",
+                                          "cuMemcpyAsync", "cuStreamIsCapturing"};
+#define N_RUN_ENTRIES (sizeof run_entries / sizeof run_entries[0])
+
+static unsigned long long launches(void) { return stub_calls("cuLaunchKernelEx") + stub_calls("cuLaunchKernel"); }
+static unsigned long long run_calls(void) {
+  unsigned long long n = 0;
+  for (size_t i = 0; i < N_RUN_ENTRIES; i++) n += stub_calls(run_entries[i]);
+  return n;
+}
+
+/* Plan, bind and run case c once; the launches it made (0 with a failure reported). */
+static unsigned long long run_case(const skh_op *op, const skh_case *c, const char *name) {
+  sk_plan *plan = NULL;
+  const sk_status ps = skh_plan(op, c, NULL, &plan);
+  if (ps == SK_ERR_UNSUPPORTED) return (unsigned long long)-1; /* an SM120-only case on the stub's sm_90a */
+  cr_assert_eq(ps, SK_OK, "%s: plan: %s", name, sk_last_error_message());
+  skh_tensor t[SKH_MAX_TENSORS];
+  DLTensor dl[SKH_MAX_TENSORS];
+  const DLTensor *ptrs[SKH_MAX_TENSORS];
+  size_t n = 0;
+  char err[512];
+  cr_assert_eq(skh_tensors_for(op, c, plan, t, &n, err, sizeof err), 0, "%s: %s", name, err);
+  void *scratch = skh_fake_views(t, n, dl, ptrs);
+  sk_scratch_spec spec;
+  cr_assert_eq(sk_plan_scratch_spec(plan, &spec), SK_OK);
+  sk_binding *b = NULL;
+  cr_assert_eq(sk_binding_create(plan, c->entry, &b), SK_OK, "%s: %s", name, sk_last_error_message());
+  cr_assert_eq(sk_bind(b, ptrs, n, spec.bytes ? scratch : NULL, spec.bytes), SK_OK, "%s: bind: %s", name, sk_last_error_message());
+  const unsigned long long total = stub_calls_total(), allowed = run_calls(), before = launches();
+  const sk_status rs = sk_run(b, (void *)0x1000);
+  cr_expect_eq(rs, SK_OK, "%s: run: %s", name, sk_last_error_message());
+  const unsigned long long made = launches() - before;
+  cr_expect_gt(made, 0, "%s: the run launched nothing", name);
+  cr_expect_eq(stub_calls_total() - total, run_calls() - allowed, "%s: the run made driver calls besides launches, memsets and copies",
+               name);
+  sk_binding_destroy(b);
+  skh_tensors_free(t, n);
+  sk_plan_destroy(plan);
+  return rs == SK_OK ? made : 0;
+}
+
+static void run_op(const skh_op *op) {
+  const size_t count = op->count();
+  unsigned long long *made = calloc(count, sizeof *made);
+  cr_assert(made);
+  int ran = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) cr_assert_eq(sk_freeze_kernel_resolution("test_ops_stub: the second pass"), SK_OK);
+    for (size_t i = 0; i < count; i++) {
+      skh_case c;
+      op->get(i, &c);
+      if (!(c.flags & (SKH_CPU | SKH_GPU)) || (c.flags & SKH_NO_RUN)) continue;
+      char name[200];
+      snprintf(name, sizeof name, "%s [stub sm_90a%s] %s", op->op, pass ? ", frozen" : "", c.name);
+      const unsigned long long m = run_case(op, &c, name);
+      if (pass == 0) made[i] = m, ran += m != (unsigned long long)-1;
+      else cr_expect_eq(m, made[i], "%s: %llu launches after the freeze, %llu before", name, m, made[i]);
+    }
+  }
+  free(made);
+  if (!ran) cr_log_info("%s: no case runs here (stateful or SM120-only)", op->op);
+}
+
+ParameterizedTestParameters(ops_stub, runs) {
+  static size_t idx[64];
+  const size_t n = skh_op_count();
+  for (size_t i = 0; i < n && i < 64; i++) idx[i] = i;
+  return cr_make_param_array(size_t, idx, n < 64 ? n : 64);
+}
+
+ParameterizedTest(size_t *i, ops_stub, runs, .init = stub_setup, .timeout = 900) {
+  const skh_op *op = skh_op_at(*i);
+  cr_assert(op);
+  fprintf(stderr, "ops_stub.runs: %s\n", op->op);
+  run_op(op);
+}
