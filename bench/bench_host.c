@@ -68,9 +68,9 @@ int main(int argc, char **argv) {
   for (size_t o = 0; o < skh_op_count(); o++) {
     const skh_op *op = skh_op_at(o);
     if (only && strcmp(only, op->op)) continue;
-    for (size_t i = 0; i < op->count(); i++) {
+    for (size_t i = 0; i < skh_case_count(op); i++) {
       skh_case c;
-      op->get(i, &c);
+      skh_case_get(op, i, &c);
       if (!(c.flags & SKH_BENCH)) continue;
       sk_plan *plan;
       const sk_status ps = skh_plan_offline(op, &c, arch, &plan);

@@ -66,9 +66,9 @@ int main(void) {
   bench_copy_ref copy = bench_copy_ref_open(4096.0 * 7168 * 2 * 10 + 96.0 * 7168 * 4 + 7168 * 2.0 + 4096 * 160.0);
   printf("| entry | H | T | us/run | graph us/run | GB/s | %% of 4300 GB/s | copy graph us | %% of same-size copy (graph) |\n"
          "|---|---|---|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i < op->count(); i++) {
+  for (size_t i = 0; i < skh_case_count(op); i++) {
     skh_case c;
-    op->get(i, &c);
+    skh_case_get(op, i, &c);
     if (!(c.flags & SKH_BENCH)) continue;
     sk_mhc_caps *caps = (sk_mhc_caps *)(void *)c.caps;
     const long long h = (long long)caps->hidden, t = (long long)c.sym[0].value;

@@ -231,9 +231,9 @@ static void reference_smoke(const skh_op *op, const skh_case *c, skh_tensor *t, 
 
 static void run_cpu_cases(const skh_op *op) {
   int checked = 0;
-  for (size_t i = 0; i < op->count(); i++) {
+  for (size_t i = 0; i < skh_case_count(op); i++) {
     skh_case c;
-    op->get(i, &c);
+    skh_case_get(op, i, &c);
     /* GPU-only cases are planned and bound here too (their inputs are not computed): a table
      * that the GPU engine would fill with the wrong dtype or shape fails here first. */
     if (!(c.flags & (SKH_CPU | SKH_GPU))) continue;

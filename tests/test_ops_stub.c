@@ -59,7 +59,7 @@ static unsigned long long run_case(const skh_op *op, const skh_case *c, const ch
 }
 
 static void run_op(const skh_op *op) {
-  const size_t count = op->count();
+  const size_t count = skh_case_count(op);
   unsigned long long *made = calloc(count, sizeof *made);
   cr_assert(made);
   int ran = 0;
@@ -67,7 +67,7 @@ static void run_op(const skh_op *op) {
     if (pass == 1) cr_assert_eq(sk_freeze_kernel_resolution("test_ops_stub: the second pass"), SK_OK);
     for (size_t i = 0; i < count; i++) {
       skh_case c;
-      op->get(i, &c);
+      skh_case_get(op, i, &c);
       if (!(c.flags & (SKH_CPU | SKH_GPU)) || (c.flags & SKH_NO_RUN)) continue;
       char name[200];
       snprintf(name, sizeof name, "%s [stub sm_90a%s] %s", op->op, pass ? ", frozen" : "", c.name);

@@ -300,10 +300,8 @@ static void cost(const skh_case *c, const skh_tensor *t, size_t n, double *bytes
   *metric = a->q_len == 1 ? "GB/s" : "TFLOP/s";
 }
 
-static size_t paged_count(void) { return N_PAGED; }
-static size_t varlen_count(void) { return N_VARLEN; }
-static void paged_get(size_t i, skh_case *c) { get(1, i, c); }
-static void varlen_get(size_t i, skh_case *c) { get(0, i, c); }
+static size_t count(int paged) { return paged ? N_PAGED : N_VARLEN; }
 
-const skh_op skh_op_attention_paged = {"attention.paged", paged_count, paged_get, layout, fill, reference, tolerance, cost};
-const skh_op skh_op_attention_varlen = {"attention.varlen", varlen_count, varlen_get, layout, fill, reference, tolerance, cost};
+/* variant: 1 paged, 0 varlen */
+const skh_op skh_op_attention_paged = {"attention.paged", count, get, layout, fill, reference, tolerance, cost, 1};
+const skh_op skh_op_attention_varlen = {"attention.varlen", count, get, layout, fill, reference, tolerance, cost, 0};

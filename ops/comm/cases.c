@@ -35,9 +35,10 @@ static const cspec specs[] = {
 };
 #define N_SPECS (sizeof specs / sizeof specs[0])
 
-static size_t count(void) { return N_SPECS; }
+static size_t count(int variant) { return (void)variant, N_SPECS; }
 
-static void get(size_t i, skh_case *c) {
+static void get(int variant, size_t i, skh_case *c) {
+  (void)variant;
   static const char *const codec_names[] = {"bf16", "e4m3", "int8", "mxfp8"}, *const topo_names[] = {"ag", "ring", "a2a"};
   const cspec *s = &specs[i];
   memset(c, 0, sizeof *c);

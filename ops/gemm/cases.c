@@ -192,7 +192,8 @@ typedef struct shape {
   int64_t m, n, k;
 } shape;
 
-static shape shape_of(int op, const skh_case *c, const skh_tensor *t) {
+static shape shape_of(const skh_case *c, const skh_tensor *t) {
+  const int op = c->variant;
   shape s = {op, op_recipe[op], 0, t[out_index[op]].shape[0], t[out_index[op]].shape[1], 0};
   if (op == OP_MM) {
     const sk_gemm_caps *caps = (const sk_gemm_caps *)(const void *)c->caps;
@@ -298,8 +299,9 @@ static void fill_fast(skh_tensor *t, skref_rng *rng, int scale_like) {
   }
 }
 
-static void fill(int op, const skh_case *c, skh_tensor *t, size_t n, skref_rng *rng) {
-  const shape s = shape_of(op, c, t);
+static void fill(const skh_case *c, skh_tensor *t, size_t n, skref_rng *rng) {
+  const int op = c->variant;
+  const shape s = shape_of(c, t);
   const int given = (int)c->param[P_ALPHA];
   const size_t m = (size_t)s.m, nn = (size_t)s.n, k = (size_t)s.k;
   if (!(c->flags & SKH_TEST)) { /* bench only */
@@ -333,7 +335,8 @@ static void fill(int op, const skh_case *c, skh_tensor *t, size_t n, skref_rng *
 }
 
 /* alpha: bound as NULL unless the case gives it. */
-static void layout(int op, const skh_case *c, skh_tensor *t, size_t n) {
+static void layout(const skh_case *c, skh_tensor *t, size_t n) {
+  const int op = c->variant;
   if (alpha_index[op] >= 0 && (size_t)alpha_index[op] < n && !c->param[P_ALPHA]) t[alpha_index[op]].present = 0;
 }
 
@@ -378,8 +381,9 @@ static void product(const skref_gemm_operand *a, const skref_gemm_operand *b, do
   free(row);
 }
 
-static void reference(int op, const skh_case *c, skh_tensor *t, size_t n) {
-  const shape s = shape_of(op, c, t);
+static void reference(const skh_case *c, skh_tensor *t, size_t n) {
+  const int op = c->variant;
+  const shape s = shape_of(c, t);
   const size_t m = (size_t)s.m, nn = (size_t)s.n, k = (size_t)s.k;
   const int ai = alpha_index[op];
   float alpha = 1.0f;
@@ -419,15 +423,17 @@ static void reference(int op, const skh_case *c, skh_tensor *t, size_t n) {
   (void)n;
 }
 
-static void tolerance(int op, const skh_case *c, const skh_tensor *t, size_t i, skh_tolerance *tol) {
+static void tolerance(const skh_case *c, const skh_tensor *t, size_t i, skh_tolerance *tol) {
+  const int op = c->variant;
   (void)op, (void)c, (void)t, (void)i;
   *tol = (skh_tolerance){SKH_CLOSE, 0, 0, 0, 0, bounds.v};
 }
 
 /* Bench roofline: the bytes that must move (weight codes and scales, activations, output) and
  * 2 M N K flops; decode (M <= 16) is judged by bandwidth, prefill by TFLOP/s. */
-static void cost(int op, const skh_case *c, const skh_tensor *t, size_t n, double *bytes, double *flops, const char **metric) {
-  const shape s = shape_of(op, c, t);
+static void cost(const skh_case *c, const skh_tensor *t, size_t n, double *bytes, double *flops, const char **metric) {
+  const int op = c->variant;
+  const shape s = shape_of(c, t);
   *bytes = 0;
   for (size_t i = 0; i < n; i++)
     if (t[i].present && (int)i != alpha_index[op]) *bytes += (double)t[i].bytes;
@@ -437,28 +443,12 @@ static void cost(int op, const skh_case *c, const skh_tensor *t, size_t n, doubl
 
 /* ---- the tables --------------------------------------------------------------------------------- */
 
-#define OP_TABLE(id, idx)                                                                                              \
-  static size_t id##_count(void) { return build(), nspecs[idx]; }                                                  \
-  static void id##_get(size_t i, skh_case *c) { get(idx, i, c); }                                                   \
-  static void id##_layout(const skh_case *c, skh_tensor *t, size_t n) { layout(idx, c, t, n); }                     \
-  static void id##_fill(const skh_case *c, skh_tensor *t, size_t n, skref_rng *rng) { fill(idx, c, t, n, rng); }    \
-  static void id##_reference(const skh_case *c, skh_tensor *t, size_t n) { reference(idx, c, t, n); }               \
-  static void id##_tolerance(const skh_case *c, const skh_tensor *t, size_t i, skh_tolerance *tol) {                \
-    tolerance(idx, c, t, i, tol);                                                                                   \
-  }                                                                                                                 \
-  static void id##_cost(const skh_case *c, const skh_tensor *t, size_t n, double *b, double *f, const char **m) {   \
-    cost(idx, c, t, n, b, f, m);                                                                                    \
-  }
+static size_t count(int op) { return build(), nspecs[op]; }
 
-OP_TABLE(mm, OP_MM)
-OP_TABLE(mxfp8, OP_MXFP8_LINEAR)
-OP_TABLE(tensor_fp8, OP_TENSOR_FP8_LINEAR)
-OP_TABLE(block_fp8, OP_BLOCK_FP8_LINEAR)
-
-const skh_op skh_op_gemm_blockscaled = {"gemm.blockscaled", mm_count, mm_get, mm_layout, mm_fill, mm_reference, mm_tolerance, mm_cost};
-const skh_op skh_op_gemm_mxfp8_linear = {"gemm.mxfp8_linear", mxfp8_count, mxfp8_get, mxfp8_layout, mxfp8_fill,
-                                         mxfp8_reference, mxfp8_tolerance, mxfp8_cost};
-const skh_op skh_op_gemm_tensor_fp8_linear = {"gemm.tensor_fp8_linear", tensor_fp8_count, tensor_fp8_get, tensor_fp8_layout,
-                                              tensor_fp8_fill, tensor_fp8_reference, tensor_fp8_tolerance, tensor_fp8_cost};
-const skh_op skh_op_gemm_block_fp8_linear = {"gemm.block_fp8_linear", block_fp8_count, block_fp8_get, block_fp8_layout,
-                                             block_fp8_fill, block_fp8_reference, block_fp8_tolerance, block_fp8_cost};
+/* variant: the OP_* index of the op */
+const skh_op skh_op_gemm_blockscaled = {"gemm.blockscaled", count, get, layout, fill, reference, tolerance, cost, OP_MM};
+const skh_op skh_op_gemm_mxfp8_linear = {"gemm.mxfp8_linear", count, get, layout, fill, reference, tolerance, cost, OP_MXFP8_LINEAR};
+const skh_op skh_op_gemm_tensor_fp8_linear = {"gemm.tensor_fp8_linear", count, get, layout, fill, reference, tolerance, cost,
+                                              OP_TENSOR_FP8_LINEAR};
+const skh_op skh_op_gemm_block_fp8_linear = {"gemm.block_fp8_linear", count, get, layout, fill, reference, tolerance, cost,
+                                             OP_BLOCK_FP8_LINEAR};

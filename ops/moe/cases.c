@@ -211,10 +211,8 @@ static void cost(const skh_case *c, const skh_tensor *t, size_t n, double *bytes
   *metric = a->m <= SK_MOE_MICRO_MAX_TOKENS ? "GB/s" : "TFLOP/s";
 }
 
-static size_t fused_count(void) { return N_FUSED; }
-static size_t ep_count(void) { return N_EP; }
-static void fused_get(size_t i, skh_case *c) { get(0, i, c); }
-static void ep_get(size_t i, skh_case *c) { get(1, i, c); }
+static size_t count(int ep) { return ep ? N_EP : N_FUSED; }
 
-const skh_op skh_op_moe_fused_moe = {"moe.fused_moe", fused_count, fused_get, NULL, fill, reference, tolerance, cost};
-const skh_op skh_op_moe_ep_moe = {"moe.ep_moe", ep_count, ep_get, NULL, fill, reference, tolerance, cost};
+/* variant: 0 fused_moe, 1 ep_moe */
+const skh_op skh_op_moe_fused_moe = {"moe.fused_moe", count, get, NULL, fill, reference, tolerance, cost, 0};
+const skh_op skh_op_moe_ep_moe = {"moe.ep_moe", count, get, NULL, fill, reference, tolerance, cost, 1};

@@ -96,7 +96,7 @@ static const row special_rows[] = {
 #define N_SPECIAL (LEN(entries) * LEN(special_rows))
 #define N_BENCH (LEN(entries) * LEN(bench_h) * LEN(bench_t))
 
-static size_t count(void) { return N_CPU + N_GRID + N_SPECIAL + N_BENCH; }
+static size_t count(int variant) { return (void)variant, N_CPU + N_GRID + N_SPECIAL + N_BENCH; }
 
 static skh_mhc_spec spec_of_row(const char *entry, const row *r) {
   return (skh_mhc_spec){entry, r->h, r->t, r->max_t, r->w, r->iters, r->eps, r->data, r->flags};
@@ -125,7 +125,8 @@ static skh_mhc_spec spec_of(size_t i) {
                         SK_MHC_NORM_BF16, 0, SKH_MHC_EPS_DEFAULT, SKH_MHC_DATA_MAIN, SKH_BENCH};
 }
 
-static void get(size_t i, skh_case *c) {
+static void get(int variant, size_t i, skh_case *c) {
+  (void)variant;
   const skh_mhc_spec s = spec_of(i);
   skh_mhc_case(&s, c);
 }

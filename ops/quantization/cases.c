@@ -158,10 +158,6 @@ static void cost(const skh_case *c, const skh_tensor *t, size_t n, double *bytes
   *metric = "GB/s";
 }
 
-static size_t nvfp4_count(void) { return count(1); }
-static size_t mxfp8_count(void) { return count(0); }
-static void nvfp4_get(size_t i, skh_case *c) { get(1, i, c); }
-static void mxfp8_get(size_t i, skh_case *c) { get(0, i, c); }
-
-const skh_op skh_op_quantization_nvfp4 = {"quantization.nvfp4", nvfp4_count, nvfp4_get, NULL, fill, reference, NULL, cost};
-const skh_op skh_op_quantization_mxfp8 = {"quantization.mxfp8", mxfp8_count, mxfp8_get, NULL, fill, reference, NULL, cost};
+/* variant: 1 nvfp4, 0 mxfp8 */
+const skh_op skh_op_quantization_nvfp4 = {"quantization.nvfp4", count, get, NULL, fill, reference, NULL, cost, 1};
+const skh_op skh_op_quantization_mxfp8 = {"quantization.mxfp8", count, get, NULL, fill, reference, NULL, cost, 0};

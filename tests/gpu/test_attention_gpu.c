@@ -542,9 +542,9 @@ Test(gpu_attention, layers_reuse_the_schedule, .init = setup, .fini = teardown, 
   const skh_op *op = skh_find("attention.paged");
   cr_assert(op);
   int checked = 0;
-  for (size_t i = 0; i < op->count(); i++) {
+  for (size_t i = 0; i < skh_case_count(op); i++) {
     skh_case c;
-    op->get(i, &c);
+    skh_case_get(op, i, &c);
     int wanted = 0;
     for (size_t w = 0; w < sizeof cases / sizeof cases[0]; w++) wanted |= !strcmp(c.name, cases[w]);
     if (!wanted) continue;

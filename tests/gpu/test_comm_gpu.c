@@ -261,29 +261,33 @@ static int graph_replay(sk_comm *c, int rank, int world, cudaStream_t s) {
   return bad;
 }
 
-/* The last rank leaves after connecting; the others' collective must time out and say whom it
- * waited for, within about the timeout. */
-static int dead_peer(sk_comm *c, int rank, int world, cudaStream_t s) {
+/* The last rank leaves after connecting; the others' collective (the one-shot, or the ring in
+ * E4M3 / ring) must time out within about the timeout and say whom it waited for; after that the
+ * communicator refuses every call. */
+static int peer_never_arrives(sk_comm *c, int rank, int world, cudaStream_t s, int ring) {
   if (rank == world - 1) return 0; /* child() destroys and exits: this rank never arrives */
-  int64_t shape[1] = {1024};
+  int64_t shape[1] = {(int64_t)world * 1024};
   void *d;
-  CUDA_CHILD(cudaMalloc(&d, 2048));
-  CUDA_CHILD(cudaMemset(d, 0, 2048));
+  CUDA_CHILD(cudaMalloc(&d, (size_t)world * 2048));
+  CUDA_CHILD(cudaMemset(d, 0, (size_t)world * 2048)); /* what it sums does not matter here */
   DLTensor t = view(d, shape, 1);
   const double t0 = sk_now_seconds();
-  CHILD_OK(sk_comm_allreduce(c, &t, &t, s));
+  CHILD_OK(ring ? sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_E4M3, SK_COMM_TOPO_RING, s) : sk_comm_allreduce(c, &t, &t, s));
   sk_status st = sk_comm_poll_error(c, s);
   const double took = sk_now_seconds() - t0;
   char want[32];
   snprintf(want, sizeof want, "for rank %d", world - 1);
   if (st != SK_ERR_TIMEOUT || !strstr(sk_last_error_message(), want) || took > 10) {
-    fprintf(stderr, "rank %d: %s after %.1f s: %s\n", rank, sk_status_string(st), took, sk_last_error_message());
+    fprintf(stderr, "rank %d (%s): %s after %.1f s: %s\n", rank, ring ? "ring" : "one-shot", sk_status_string(st), took,
+            sk_last_error_message());
     return 1;
   }
   if (sk_comm_allreduce(c, &t, &t, s) != SK_ERR_TIMEOUT) return 2; /* poisoned from now on */
   cudaFree(d);
   return 0;
 }
+static int dead_peer(sk_comm *c, int rank, int world, cudaStream_t s) { return peer_never_arrives(c, rank, world, s, 0); }
+static int ring_dead_peer(sk_comm *c, int rank, int world, cudaStream_t s) { return peer_never_arrives(c, rank, world, s, 1); }
 
 /* ---- ring all-reduce: device results against the CPU simulation (ops/comm/ref_ring.c) ------ */
 
@@ -407,26 +411,6 @@ static int ring_graph(sk_comm *c, int rank, int world, cudaStream_t s) {
   free(h);
   cudaFree(din), cudaFree(dout);
   return bad;
-}
-
-/* A peer that never arrives: the ring call ends within about the timeout, naming it. */
-static int ring_dead_peer(sk_comm *c, int rank, int world, cudaStream_t s) {
-  if (rank == world - 1) return 0;
-  int64_t shape[1] = {(int64_t)world * 1024};
-  void *d;
-  CUDA_CHILD(cudaMalloc(&d, (size_t)world * 2048));
-  CUDA_CHILD(cudaMemset(d, 0, (size_t)world * 2048));
-  DLTensor t = view(d, shape, 1);
-  const double t0 = sk_now_seconds();
-  CHILD_OK(sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_E4M3, SK_COMM_TOPO_RING, s));
-  sk_status st = sk_comm_poll_error(c, s);
-  const double took = sk_now_seconds() - t0;
-  if (st != SK_ERR_TIMEOUT || took > 10) {
-    fprintf(stderr, "rank %d: ring: %s after %.1f s: %s\n", rank, sk_status_string(st), took, sk_last_error_message());
-    return 1;
-  }
-  cudaFree(d);
-  return 0;
 }
 
 /* Every collective runs with 2 and then 4 processes on GPU 0. */

@@ -192,7 +192,7 @@ static void check_graph(const skh_op *op, dev_case *d, cudaStream_t s) {
 
 static void run_op(const skh_op *op) {
   const uint64_t seed = skref_test_seed(op->op);
-  const size_t count = op->count();
+  const size_t count = skh_case_count(op);
   dev_case *cases = calloc(count ? count : 1, sizeof *cases);
   cr_assert(cases);
   cudaStream_t s;
@@ -200,7 +200,7 @@ static void run_op(const skh_op *op) {
   size_t ran = 0;
   for (size_t i = 0; i < count; i++) {
     dev_case *d = &cases[i];
-    op->get(i, &d->c);
+    skh_case_get(op, i, &d->c);
     if (!(d->c.flags & SKH_GPU) || !wanted(&d->c)) continue;
     d->seed = seed + 0x9E3779B97F4A7C15ull * (i + 1);
     const sk_status ps = skh_plan(op, &d->c, NULL, &d->plan);

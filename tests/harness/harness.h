@@ -50,6 +50,7 @@ typedef struct skh_case {
   int64_t param[8];               /* op-specific knobs (data distribution, ...) */
   double dparam[4];
   unsigned flags;                 /* SKH_* */
+  int variant;                    /* the table's skh_op.variant (skh_case_get sets it) */
 } skh_case;
 
 /* Set a symbol of a case. */
@@ -108,8 +109,11 @@ typedef struct skh_tolerance {
 
 typedef struct skh_op {
   const char *op;                                                     /* "quantization.nvfp4" */
-  size_t (*count)(void);
-  void (*get)(size_t i, skh_case *c);
+  /* The cases of `variant` (the skh_op's own: one file may serve several ops, each its variant;
+   * callers use skh_case_count / skh_case_get, which pass it and set c->variant, so the other
+   * callbacks read it from the case). */
+  size_t (*count)(int variant);
+  void (*get)(int variant, size_t i, skh_case *c);
   /* Optional: adjust tensors before allocation (strides, presence, dtype, padding). */
   void (*layout)(const skh_case *c, skh_tensor *t, size_t n);
   /* Fill the IN/INOUT tensors' host buffers (random data from rng; never all zeros). */
@@ -123,7 +127,15 @@ typedef struct skh_op {
   /* Bench: bytes moved and flops of one run (the roofline), and the metric to report
    * ("GB/s" or "TFLOP/s"). */
   void (*cost)(const skh_case *c, const skh_tensor *t, size_t n, double *bytes, double *flops, const char **metric);
+  int variant;                                                        /* passed to count / get; 0 by default */
 } skh_op;
+
+/* The op's number of cases and case i (its variant set). */
+static inline size_t skh_case_count(const skh_op *op) { return op->count(op->variant); }
+static inline void skh_case_get(const skh_op *op, size_t i, skh_case *c) {
+  op->get(op->variant, i, c);
+  c->variant = op->variant;
+}
 
 /* The registered case tables (generated list). */
 size_t skh_op_count(void);

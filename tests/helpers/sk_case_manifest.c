@@ -26,9 +26,9 @@ int main(int argc, char **argv) {
     const skh_op *op = skh_op_at(o);
     const sk_op_def *def = sk_find_op(op->op);
     if (!def || (def->is_supported && !def->is_supported(arch))) continue;
-    for (size_t i = 0; i < op->count(); i++) {
+    for (size_t i = 0; i < skh_case_count(op); i++) {
       skh_case c;
-      op->get(i, &c);
+      skh_case_get(op, i, &c);
       if (!(c.flags & (SKH_GPU | SKH_BENCH))) continue;
       unsigned char caps[SKH_MAX_CAPS];
       memcpy(caps, c.caps, sizeof caps);

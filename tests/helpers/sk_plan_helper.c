@@ -14,9 +14,9 @@ int main(int argc, char **argv) {
     const skh_op *op = skh_op_at(o);
     int supported = 0;
     if (sk_op_is_supported(op->op, arch, &supported) != SK_OK || !supported) continue;
-    for (size_t i = 0; i < op->count(); i++) {
+    for (size_t i = 0; i < skh_case_count(op); i++) {
       skh_case c;
-      op->get(i, &c);
+      skh_case_get(op, i, &c);
       if (!(c.flags & SKH_CPU)) continue;
       sk_plan *p;
       const sk_status s = skh_plan(op, &c, arch, &p);
