@@ -73,37 +73,25 @@ int main(int argc, char **argv) {
       skh_case_get(op, i, &c);
       if (!(c.flags & SKH_BENCH)) continue;
       sk_plan *plan;
-      const sk_status ps = skh_plan_offline(op, &c, arch, &plan);
+      skh_tensor t[SKH_MAX_TENSORS];
+      size_t n = 0;
+      char err[512];
+      const sk_status ps = skh_case_open(op, &c, arch, 1, &plan, t, &n, err, sizeof err);
       if (ps == SK_ERR_UNSUPPORTED) continue;
       if (ps != SK_OK) {
-        fprintf(stderr, "%s [%s]: plan: %s\n", op->op, c.name, sk_last_error_message());
+        fprintf(stderr, "%s\n", err);
         status = 1;
         continue;
       }
-      /* The harness's tensors (host buffers calloc'd, never touched) as views at distinct fake
-       * device addresses, never read. */
-      size_t n = 0;
-      skh_tensor t[SKH_MAX_TENSORS];
-      char err[512];
-      if (skh_tensors_for(op, &c, plan, t, &n, err, sizeof err)) {
-        fprintf(stderr, "%s [%s]: %s\n", op->op, c.name, err);
-        status = 1;
-        sk_plan_destroy(plan);
-        continue;
-      }
+      /* the harness's tensors as views at fake device addresses, never read */
       DLTensor dl[SKH_MAX_TENSORS];
       const DLTensor *ptrs[SKH_MAX_TENSORS];
-      uintptr_t addr = (uintptr_t)1 << 40;
-      for (size_t k = 0; k < n; k++) {
-        dl[k] = (DLTensor){(void *)addr, {kDLCUDA, 0}, t[k].ndim, t[k].dtype, t[k].shape, t[k].strided ? t[k].strides : NULL, 0};
-        ptrs[k] = t[k].present ? &dl[k] : NULL;
-        addr += (t[k].bytes + 4095) / 4096 * 4096 + 4096;
-      }
+      void *scratch = skh_fake_views(t, n, dl, ptrs);
       sk_scratch_spec spec;
       sk_plan_scratch_spec(plan, &spec);
       sk_binding *b;
       sk_binding_create(plan, c.entry, &b);
-      if (sk_bind(b, ptrs, n, (void *)addr, spec.bytes) != SK_OK) {
+      if (sk_bind(b, ptrs, n, scratch, spec.bytes) != SK_OK) {
         fprintf(stderr, "%s [%s]: bind: %s\n", op->op, c.name, sk_last_error_message());
         status = 1;
       } else {
@@ -119,11 +107,11 @@ int main(int argc, char **argv) {
           a = now_ns();
           for (int k = 0; k < reps_bind; k++) {
             b->sig_valid = 0; /* the full validation, as for new layouts */
-            sk_bind(b, ptrs, n, (void *)addr, spec.bytes);
+            sk_bind(b, ptrs, n, scratch, spec.bytes);
           }
           bnd[r] = (now_ns() - a) / reps_bind / 1e3;
           a = now_ns();
-          for (int k = 0; k < reps_bind; k++) sk_bind(b, ptrs, n, (void *)addr, spec.bytes);
+          for (int k = 0; k < reps_bind; k++) sk_bind(b, ptrs, n, scratch, spec.bytes);
           reb[r] = (now_ns() - a) / reps_bind / 1e3;
         }
         qsort(sel, 7, sizeof sel[0], cmp);

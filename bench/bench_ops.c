@@ -96,20 +96,14 @@ int main(int argc, char **argv) {
       skh_case_get(op, i, &c);
       if (!(c.flags & SKH_BENCH) || (filter && !strstr(c.name, filter))) continue;
       sk_plan *plan;
-      const sk_status ps = skh_plan(op, &c, NULL, &plan);
-      if (ps == SK_ERR_UNSUPPORTED) continue;
-      if (ps != SK_OK) {
-        fprintf(stderr, "%s [%s]: plan: %s\n", op->op, c.name, sk_last_error_message());
-        status = 1;
-        continue;
-      }
       skh_tensor t[SKH_MAX_TENSORS];
       size_t n = 0;
       char err[512];
-      if (skh_tensors_for(op, &c, plan, t, &n, err, sizeof err)) {
-        fprintf(stderr, "%s [%s]: %s\n", op->op, c.name, err);
+      const sk_status ps = skh_case_open(op, &c, NULL, 0, &plan, t, &n, err, sizeof err);
+      if (ps == SK_ERR_UNSUPPORTED) continue;
+      if (ps != SK_OK) {
+        fprintf(stderr, "%s\n", err);
         status = 1;
-        sk_plan_destroy(plan);
         continue;
       }
       skref_rng rng;

@@ -30,15 +30,14 @@ static unsigned long long run_calls(void) {
 /* Plan, bind and run case c once; the launches it made (0 with a failure reported). */
 static unsigned long long run_case(const skh_op *op, const skh_case *c, const char *name) {
   sk_plan *plan = NULL;
-  const sk_status ps = skh_plan(op, c, NULL, &plan);
-  if (ps == SK_ERR_UNSUPPORTED) return (unsigned long long)-1; /* an SM120-only case on the stub's sm_90a */
-  cr_assert_eq(ps, SK_OK, "%s: plan: %s", name, sk_last_error_message());
   skh_tensor t[SKH_MAX_TENSORS];
   DLTensor dl[SKH_MAX_TENSORS];
   const DLTensor *ptrs[SKH_MAX_TENSORS];
   size_t n = 0;
   char err[512];
-  cr_assert_eq(skh_tensors_for(op, c, plan, t, &n, err, sizeof err), 0, "%s: %s", name, err);
+  const sk_status ps = skh_case_open(op, c, NULL, 0, &plan, t, &n, err, sizeof err);
+  if (ps == SK_ERR_UNSUPPORTED) return (unsigned long long)-1; /* an SM120-only case on the stub's sm_90a */
+  cr_assert_eq(ps, SK_OK, "%s: %s", name, err);
   void *scratch = skh_fake_views(t, n, dl, ptrs);
   sk_scratch_spec spec;
   cr_assert_eq(sk_plan_scratch_spec(plan, &spec), SK_OK);

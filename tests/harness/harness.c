@@ -299,6 +299,26 @@ sk_status skh_plan_offline(const skh_op *op, const skh_case *c, const char *arch
   return sk_plan_select_only(def, caps, &props, plan);
 }
 
+sk_status skh_case_open(const skh_op *op, const skh_case *c, const char *arch, int offline, sk_plan **plan, skh_tensor *t,
+                        size_t *n, char *err, size_t errlen) {
+  *plan = NULL;
+  *n = 0;
+  const sk_status ps = offline ? skh_plan_offline(op, c, arch, plan) : skh_plan(op, c, arch, plan);
+  if (ps == SK_ERR_UNSUPPORTED) return ps;
+  if (ps != SK_OK) {
+    snprintf(err, errlen, "%s [%s]: plan: %s", op->op, c->name, sk_last_error_message());
+    return ps;
+  }
+  char why[400];
+  if (skh_tensors_for(op, c, *plan, t, n, why, sizeof why)) {
+    snprintf(err, errlen, "%s [%s]: %s", op->op, c->name, why);
+    sk_plan_destroy(*plan);
+    *plan = NULL;
+    return SK_ERR_INVALID_ARGUMENT;
+  }
+  return SK_OK;
+}
+
 void *skh_fake_views(const skh_tensor *t, size_t n, DLTensor *dl, const DLTensor **ptrs) {
   uintptr_t addr = (uintptr_t)1 << 40;
   for (size_t i = 0; i < n; i++) {

@@ -165,6 +165,12 @@ int skh_tensors_for(const skh_op *op, const skh_case *c, const sk_plan *plan, sk
 void skh_tensors_free(skh_tensor *t, size_t n);
 /* Compare output i: 0 on success, else a message in err. */
 int skh_compare(const skh_tensor *t, const skh_tolerance *tol, char *err, size_t errlen);
+/* Plan case c for `arch` (offline: by the selection alone, skh_plan_offline; else skh_plan, which
+ * resolves its kernels) and build its tensors (skh_tensors_for): SK_OK, SK_ERR_UNSUPPORTED (the
+ * case does not exist on this arch: skip it; nothing to free), or another status with the reason,
+ * naming the op and case, in err (nothing to free). */
+sk_status skh_case_open(const skh_op *op, const skh_case *c, const char *arch, int offline, sk_plan **plan, skh_tensor *t,
+                        size_t *n, char *err, size_t errlen);
 /* Fake device views of a case's tensors at distinct 4 KiB-aligned addresses from 2^40 (never
  * dereferenced: for binds on the CPU and runs on the stub driver): dl[i] views t[i], ptrs[i] is
  * &dl[i] or NULL for an absent tensor; returns an address past them all for the scratch. */
