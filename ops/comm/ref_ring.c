@@ -138,7 +138,8 @@ sk_status sk_ring_simulate(const sk_ring_plan *const *plans, int collectives, co
   for (int c = 1; c < collectives; c++)
     if (!plans[c] || plans[c]->world != plan->world || plans[c]->n != plan->n || plans[c]->stage_offset != plan->stage_offset)
       return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_ring_simulate: plan %d differs in world, n or layout", c);
-  static sk_ring_op ops[SK_COMM_MAX_RANKS][SK_RING_MAX_OPS];
+  sk_ring_op (*ops)[SK_RING_MAX_OPS] = calloc(SK_COMM_MAX_RANKS, sizeof *ops); /* each rank's program (reentrant) */
+  if (!ops) return sk_set_error(SK_ERR_OUT_OF_MEMORY, "sk_ring_simulate: out of memory");
   int count[SK_COMM_MAX_RANKS];
   sim s;
   memset(&s, 0, sizeof s);
@@ -147,7 +148,6 @@ sk_status sk_ring_simulate(const sk_ring_plan *const *plans, int collectives, co
   const int w = plan->world;
   sk_status st = SK_OK;
   for (int r = 0; r < w; r++) {
-    s.r[r].recv = calloc(1, s.recv_bytes);
     s.r[r].recv = calloc(1, s.recv_bytes);
     s.r[r].stage = calloc(1, plan->stage_bytes);
     if (!s.r[r].recv || !s.r[r].stage) st = sk_set_error(SK_ERR_OUT_OF_MEMORY, "sk_ring_simulate: out of memory");
@@ -176,5 +176,6 @@ sk_status sk_ring_simulate(const sk_ring_plan *const *plans, int collectives, co
     }
   }
   for (int r = 0; r < w; r++) free(s.r[r].recv), free(s.r[r].stage);
+  free(ops);
   return st;
 }
