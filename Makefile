@@ -177,7 +177,7 @@ $(BUILD)/bench/%: bench/%.c $(STLIB) $(BUILD)/lib/libskref.a $(HARNESS_LIB)
 	$(CC) $(ALL_CFLAGS) $(BIN_DEPFLAGS) -Itests -DSK_GIT_COMMIT='"$(GIT_COMMIT)"' $(ALL_LDFLAGS) -o $@ $< $(HARNESS_LIB) $(BUILD)/lib/libskref.a $(STLIB) -lcudart_static -lrt $(LDLIBS)
 
 test: lib tools $(TEST_BINS) $(HELPER_BINS) $(STUB_DRIVER)
-	@SK_BUILD=$(BUILD) sh tests/run-suites.sh $(TEST_BINS)
+	@SK_BUILD=$(BUILD) $(if $(filter 1,$(SAN)),LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp) sh tests/run-suites.sh $(TEST_BINS)
 
 gpu-bins: lib tools $(GPU_TEST_BINS) $(HELPER_BINS) $(BENCH_BINS) $(BUILD)/lib/libskref_mhc.so
 
