@@ -1,6 +1,9 @@
 /* The harness's run path on the stub driver (tests/stub/stub.h; no GPU), one test per registered
- * op: every SKH_CPU / SKH_GPU case of its table gets a real plan for sm_90a (its kernels compile
- * with NVRTC into the build's stub cache and "load" on the stub), binds fake views and the scratch,
+ * op and stub device: an H200-like sm_90 (132 SMs), an RTX 5090-like sm_120 (170 SMs, 99 KiB of
+ * shared memory per block) and a DGX Spark-like sm_121 (48 SMs). Every SKH_CPU / SKH_GPU case of
+ * the op's table gets a real plan for the device's arch (its kernels compile with NVRTC into the
+ * build's stub cache and "load" on the stub; on sm_120a / sm_121a the SM120-only paths are picked,
+ * whose host code runs nowhere else without SM120 hardware), binds fake views and the scratch,
  * and runs:
  *  - sk_run returns SK_OK and launches at least one kernel;
  *  - a run makes no driver call but launches and stream-ordered memsets / copies (no allocation,
@@ -36,7 +39,7 @@ static unsigned long long run_case(const skh_op *op, const skh_case *c, const ch
   size_t n = 0;
   char err[512];
   const sk_status ps = skh_case_open(op, c, NULL, 0, &plan, t, &n, err, sizeof err);
-  if (ps == SK_ERR_UNSUPPORTED) return (unsigned long long)-1; /* an SM120-only case on the stub's sm_90a */
+  if (ps == SK_ERR_UNSUPPORTED) return (unsigned long long)-1; /* e.g. an SM120-only case on the sm_90 stub */
   cr_assert_eq(ps, SK_OK, "%s: %s", name, err);
   void *scratch = skh_fake_views(t, n, dl, ptrs);
   sk_scratch_spec spec;
@@ -61,7 +64,8 @@ static void run_op(const skh_op *op) {
   const size_t count = skh_case_count(op);
   unsigned long long *made = calloc(count, sizeof *made);
   cr_assert(made);
-  int ran = 0;
+  int ran = 0, skipped = 0, runnable = 0;
+  unsigned long long total = 0;
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) cr_assert_eq(sk_freeze_kernel_resolution("test_ops_stub: the second pass"), SK_OK);
     for (size_t i = 0; i < count; i++) {
@@ -69,26 +73,42 @@ static void run_op(const skh_op *op) {
       skh_case_get(op, i, &c);
       if (!(c.flags & (SKH_CPU | SKH_GPU)) || (c.flags & SKH_NO_RUN)) continue;
       char name[200];
-      snprintf(name, sizeof name, "%s [stub sm_90a%s] %s", op->op, pass ? ", frozen" : "", c.name);
+      snprintf(name, sizeof name, "%s [stub sm_%s%s] %s", op->op, getenv("SK_STUB_CC"), pass ? ", frozen" : "", c.name);
       const unsigned long long m = run_case(op, &c, name);
-      if (pass == 0) made[i] = m, ran += m != (unsigned long long)-1;
-      else cr_expect_eq(m, made[i], "%s: %llu launches after the freeze, %llu before", name, m, made[i]);
+      if (pass == 1) {
+        cr_expect_eq(m, made[i], "%s: %llu launches after the freeze, %llu before", name, m, made[i]);
+        continue;
+      }
+      made[i] = m;
+      runnable++;
+      if (m == (unsigned long long)-1) skipped++;
+      else ran++, total += m;
     }
   }
   free(made);
-  if (!ran) cr_log_info("%s: no case runs here (stateful or SM120-only)", op->op);
+  fprintf(stderr, "  %d cases ran (%llu launches), %d not on this arch\n", ran, total, skipped);
+  cr_expect(!runnable || ran > 0, "%s: no case runs on a stub sm_%s", op->op, getenv("SK_STUB_CC"));
 }
 
+/* The stub devices: compute capability and SM count. */
+static const struct { int cc, sms; } devices[] = {{90, 132}, {120, 170}, {121, 48}};
+#define N_DEVICES (sizeof devices / sizeof devices[0])
+
 ParameterizedTestParameters(ops_stub, runs) {
-  static size_t idx[64];
-  const size_t n = skh_op_count();
-  for (size_t i = 0; i < n && i < 64; i++) idx[i] = i;
-  return cr_make_param_array(size_t, idx, n < 64 ? n : 64);
+  static size_t idx[64 * N_DEVICES];
+  const size_t n = skh_op_count() < 64 ? skh_op_count() : 64;
+  for (size_t i = 0; i < n * N_DEVICES; i++) idx[i] = i;
+  return cr_make_param_array(size_t, idx, n * N_DEVICES);
 }
 
 ParameterizedTest(size_t *i, ops_stub, runs, .init = stub_setup, .timeout = 900) {
-  const skh_op *op = skh_op_at(*i);
+  const skh_op *op = skh_op_at(*i / N_DEVICES);
   cr_assert(op);
-  fprintf(stderr, "ops_stub.runs: %s\n", op->op);
+  char cc[8], sms[8];
+  snprintf(cc, sizeof cc, "%d", devices[*i % N_DEVICES].cc);
+  snprintf(sms, sizeof sms, "%d", devices[*i % N_DEVICES].sms);
+  setenv("SK_STUB_CC", cc, 1); /* read by the stub at each attribute query: before the first plan */
+  setenv("SK_STUB_SMS", sms, 1);
+  fprintf(stderr, "ops_stub.runs: %s on a stub sm_%s with %s SMs\n", op->op, cc, sms);
   run_op(op);
 }
