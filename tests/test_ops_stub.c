@@ -5,7 +5,9 @@
  * build's stub cache and "load" on the stub; on sm_120a / sm_121a the SM120-only paths are picked,
  * whose host code runs nowhere else without SM120 hardware), binds fake views and the scratch,
  * and runs:
- *  - sk_run returns SK_OK and launches at least one kernel;
+ *  - sk_run returns SK_OK and launches at least one kernel, each launch one the device accepts
+ *    (the stub refuses grids and blocks out of range, and dynamic shared memory beyond the
+ *    kernel's opt-in or an opt-in beyond the device's limit: 99 KiB a block on SM120);
  *  - a run makes no driver call but launches and stream-ordered memsets / copies (no allocation,
  *    no synchronisation, no module load: the op.h contract of run);
  *  - after sk_freeze_kernel_resolution the same plans are made again from the process table and

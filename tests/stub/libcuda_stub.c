@@ -8,7 +8,14 @@
  * The runtime resolves every driver entry through cuGetProcAddress_v2; names the stub does not
  * model get a function that returns CUDA_SUCCESS and writes nothing. Every call is counted per
  * entry: sk_stub_driver_calls() reports them, so a benchmark also shows how many driver calls a
- * library call makes (each costs real time on a real driver). */
+ * library call makes (each costs real time on a real driver).
+ *
+ * Launches are checked as a real driver would refuse them, with CUDA_ERROR_INVALID_VALUE: a grid
+ * or block out of range (grid y, z <= 65535; 1..1024 threads, block z <= 64), and dynamic shared
+ * memory above 48 KiB that the kernel was not opted in to (cuFuncSetAttribute /
+ * cuKernelSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES), or an opt-in above the device's per-block
+ * limit (227 KiB on sm_90, 99 KiB on sm_120 / sm_121). Each kernel handle is distinct, so the
+ * opt-ins are tracked per kernel. Static shared memory is not known here (it is in the cubin). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +33,7 @@ static int env_int(const char *name, int def) {
   return v && *v ? atoi(v) : def;
 }
 
-static char fake_ctx, fake_module, fake_function;
+static char fake_ctx, fake_module;
 
 /* Call counts, per entry name handed out (the first MAX_ENTRIES names). */
 #define MAX_ENTRIES 96
@@ -69,8 +76,54 @@ static CUresult cu_ctx_get(void **ctx) { return *ctx = current_ctx, 0; }
 static CUresult cu_ctx_set(void *ctx) { return current_ctx = ctx, 0; }
 static CUresult cu_ctx_device(int *dev) { return *dev = 0, 0; }
 static CUresult cu_load(void **out) { return *out = &fake_module, 0; }
-static CUresult cu_get(void **out) { return *out = &fake_function, 0; }
-static CUresult cu_error_name(CUresult r, const char **s) { return (void)r, *s = "CUDA_ERROR_STUB", 0; }
+
+/* Kernel handles: distinct entries of a table, each with its dynamic shared memory opt-in. */
+#define MAX_KERNELS 8192
+typedef struct stub_kernel { int max_dynamic_smem; } stub_kernel;
+static stub_kernel kernels[MAX_KERNELS];
+static int num_kernels;
+static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUresult cu_get(void **out) {
+  pthread_mutex_lock(&kernel_lock);
+  const int i = num_kernels < MAX_KERNELS ? num_kernels++ : MAX_KERNELS - 1;
+  kernels[i].max_dynamic_smem = 48 * 1024;
+  pthread_mutex_unlock(&kernel_lock);
+  return *out = &kernels[i], 0;
+}
+static CUresult cu_kernel_function(void **f, void *kernel) { return *f = kernel, 0; }
+static stub_kernel *kernel_of(const void *h) {
+  const stub_kernel *k = h;
+  return k >= kernels && k < kernels + MAX_KERNELS ? (stub_kernel *)k : NULL;
+}
+#define INVALID_VALUE 1
+#define MAX_DYNAMIC_SHARED_ATTR 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+static CUresult set_attribute(void *h, int attr, int value) {
+  stub_kernel *k = kernel_of(h);
+  if (!k) return INVALID_VALUE;
+  if (attr == MAX_DYNAMIC_SHARED_ATTR) {
+    const int cc = env_int("SK_STUB_CC", 90), optin = cc == 90 ? 227 * 1024 : 99 * 1024;
+    if (value < 0 || value > optin) return INVALID_VALUE;
+    k->max_dynamic_smem = value > 48 * 1024 ? value : 48 * 1024;
+  }
+  return 0;
+}
+static CUresult cu_func_set_attribute(void *f, int attr, int value) { return set_attribute(f, attr, value); }
+static CUresult cu_kernel_set_attribute(int attr, int value, void *kernel, int dev) { return (void)dev, set_attribute(kernel, attr, value); }
+
+/* What a driver refuses at launch. */
+static CUresult check_launch(const void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned smem) {
+  const stub_kernel *k = kernel_of(f);
+  if (!k) return 400; /* CUDA_ERROR_INVALID_HANDLE */
+  if (!gx || !gy || !gz || gx > 0x7FFFFFFFu || gy > 65535 || gz > 65535) return INVALID_VALUE;
+  if (!bx || !by || !bz || bz > 64 || (unsigned long long)bx * by * bz > 1024) return INVALID_VALUE;
+  if (smem > (unsigned)k->max_dynamic_smem) return INVALID_VALUE;
+  return 0;
+}
+static CUresult cu_error_name(CUresult r, const char **s) {
+  *s = r == 1 ? "CUDA_ERROR_INVALID_VALUE (stub)" : r == 400 ? "CUDA_ERROR_INVALID_HANDLE (stub)" : "CUDA_ERROR (stub)";
+  return 0;
+}
 static CUresult cu_capturing(void *stream, int *status) { return (void)stream, *status = 0, 0; }
 static CUresult cu_occupancy(int *n) { return *n = 1, 0; }
 static CUresult cu_elapsed(float *ms) { return *ms = 0.0f, 0; }
@@ -93,11 +146,17 @@ typedef struct stub_config {
 static __thread int last_attr_ids[8];
 static __thread unsigned last_num_attrs;
 static __thread unsigned last_grid, last_block, last_smem;
-static CUresult cu_launch_ex(const stub_config *c) {
+static CUresult cu_launch_ex(const stub_config *c, const void *f) {
+  const CUresult r = check_launch(f, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2], c->smem);
+  if (r) return r;
   last_num_attrs = c->num_attrs;
   for (unsigned i = 0; i < c->num_attrs && i < 8; i++) last_attr_ids[i] = c->attrs[i].id;
   last_grid = c->grid[0] * c->grid[1] * c->grid[2], last_block = c->block[0] * c->block[1] * c->block[2], last_smem = c->smem;
   return 0;
+}
+static CUresult cu_launch(const void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned smem) {
+  return check_launch(f, gx, gy, gz, bx, by, bz, smem);
 }
 /* The calling thread's last cuLaunchKernelEx: grid and block sizes, dynamic shared memory and
  * its attribute ids (up to 8 written; the count is returned). */
@@ -114,6 +173,9 @@ static CUresult cu_ipc_open(unsigned long long *p) { return cu_mem_alloc(p, 1); 
 static const struct { const char *name; void *fn; } table[] = {
     {"cuIpcOpenMemHandle", (void *)cu_ipc_open},
     {"cuLaunchKernelEx", (void *)cu_launch_ex},
+    {"cuLaunchKernel", (void *)cu_launch},
+    {"cuFuncSetAttribute", (void *)cu_func_set_attribute},
+    {"cuKernelSetAttribute", (void *)cu_kernel_set_attribute},
     {"cuInit", (void *)cu_init},
     {"cuDriverGetVersion", (void *)cu_driver_version},
     {"cuDeviceGet", (void *)cu_device_get},
@@ -126,7 +188,7 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuLibraryLoadData", (void *)cu_load},
     {"cuModuleLoadData", (void *)cu_load},
     {"cuLibraryGetKernel", (void *)cu_get},
-    {"cuKernelGetFunction", (void *)cu_get},
+    {"cuKernelGetFunction", (void *)cu_kernel_function},
     {"cuModuleGetFunction", (void *)cu_get},
     {"cuGetErrorName", (void *)cu_error_name},
     {"cuGetErrorString", (void *)cu_error_name},
@@ -137,14 +199,18 @@ static const struct { const char *name; void *fn; } table[] = {
 };
 
 /* Each name handed out gets a trampoline of its own that counts the call and forwards the first
- * six integer arguments (every driver entry the runtime uses passes integers and pointers only;
- * the modelled ones take at most three) to the modelled function or to ok(). */
-typedef CUresult (*impl_fn)(uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t);
+ * eight integer arguments to the modelled function or to ok(): every driver entry the runtime
+ * uses passes integers and pointers only, and the modelled ones read at most eight (cuLaunchKernel:
+ * up to its shared memory size; the SysV x86-64 and AAPCS64 conventions pass the first six / eight
+ * in registers and the rest in the caller's outgoing stack area, which a trampoline with more
+ * parameters than its caller passed only reads). */
+typedef CUresult (*impl_fn)(uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t);
 static impl_fn entry_impl[MAX_ENTRIES];
 #define T(b, j)                                                                                    \
-  static CUresult t##b##_##j(uintptr_t a, uintptr_t b_, uintptr_t c, uintptr_t d, uintptr_t e, uintptr_t f) { \
+  static CUresult t##b##_##j(uintptr_t a, uintptr_t b_, uintptr_t c, uintptr_t d, uintptr_t e, uintptr_t f, uintptr_t g, \
+                              uintptr_t h) {                                                        \
     COUNT(b * 8 + j);                                                                              \
-    return entry_impl[b * 8 + j](a, b_, c, d, e, f);                                               \
+    return entry_impl[b * 8 + j](a, b_, c, d, e, f, g, h);                                         \
   }
 #define T8(b) T(b, 0) T(b, 1) T(b, 2) T(b, 3) T(b, 4) T(b, 5) T(b, 6) T(b, 7)
 T8(0) T8(1) T8(2) T8(3) T8(4) T8(5) T8(6) T8(7) T8(8) T8(9) T8(10) T8(11)
