@@ -194,9 +194,17 @@ $(STUB_DRIVER): tests/stub/libcuda_stub.c
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -fPIC -shared -fvisibility=hidden -pthread -o $@ $<
 
+# OLD=DIR also runs bench_host_mm built against another tree's library (DIR/include,
+# DIR/build/lib/libsparkinfer.a: `make lib` there first), side by side on the same CPU.
 bench-host: lib $(STUB_DRIVER) $(BUILD)/bench/bench_host $(BUILD)/bench/bench_host_mm
 	$(BUILD)/bench/bench_host
 	SPARKINFER_CACHE_DIR=$(BUILD)/stub/cache LD_LIBRARY_PATH=$(BUILD)/stub $(BUILD)/bench/bench_host_mm
+ifneq ($(OLD),)
+	$(CC) -std=c11 $(CFLAGS) -I$(OLD)/include -I$(CUDA_HOME)/include \
+	  -DSK_GIT_COMMIT='"'$$(git -C $(OLD) rev-parse --short HEAD)'"' -o $(BUILD)/stub/bench_host_mm-old \
+	  bench/bench_host_mm.c $(OLD)/build/lib/libsparkinfer.a $(LDLIBS)
+	SPARKINFER_CACHE_DIR=$(BUILD)/stub/cache-old LD_LIBRARY_PATH=$(BUILD)/stub $(BUILD)/stub/bench_host_mm-old
+endif
 
 # ---- manifests ---------------------------------------------------------------------------
 # Model manifests (tools/manifests/models/*.json) hold op caps per model; the kernel lists are
