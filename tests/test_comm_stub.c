@@ -3,13 +3,17 @@
  * connect through each other's blobs, destroy), and every collective in every wire mode is issued
  * on each rank, through the direct calls and through a plan with sk_run. The stub counts what
  * reaches the driver: per call, exactly the copies and kernel launches of that rank's program
- * (ring_plan.c), and no call fails. What the launches compute is the GPU suite's
+ * (ring_plan.c), and no call fails. Then the deployed shape: one forked process per rank meeting
+ * through the Unix-socket rendezvous (sk_comm_connect_unix). What the launches compute is the GPU suite's
  * (tests/gpu/test_comm_gpu.c). The kernels compile for the stub's sm_90a into the build's
  * stub cache on the first run. */
 #include "comm/comm_host.h"
 #include "comm/ring_plan.h"
 #include "sparkinfer/comm.h"
 #include "stub/stub.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct world {
   int size;
@@ -139,4 +143,46 @@ Test(comm_stub, plans_on_a_communicator_run, .init = stub_setup, .timeout = 600)
     sk_plan_destroy(p);
   }
   close_world(&w);
+}
+
+/* One process per rank, as deployed: each forks after the stub is set up, creates its
+ * communicator, connects through the built-in Unix-socket rendezvous, runs a one-shot and a ring
+ * all-reduce and destroys it. Every rank must exit 0 within the bound. */
+static int rank_process(const char *path, int rank, int world) {
+  sk_comm_config cfg = SK_COMM_CONFIG_INIT;
+  cfg.rank = rank;
+  cfg.world_size = world;
+  cfg.max_bytes = (size_t)1 << 20;
+  cfg.timeout_s = 20;
+  sk_comm *c = NULL;
+  if (sk_comm_create(&cfg, &c) != SK_OK || sk_comm_connect_unix(c, path) != SK_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, sk_last_error_message());
+    return 1;
+  }
+  int64_t n[1] = {128 * world * 4};
+  DLTensor in = view(0x7000000000, 1, n), out = view(0x7100000000, 1, n);
+  int bad = sk_comm_allreduce(c, &in, &out, NULL) != SK_OK ||
+            sk_comm_allreduce_ring(c, &in, &out, SK_COMM_CODEC_INT8, SK_COMM_TOPO_A2A, NULL) != SK_OK ||
+            sk_comm_poll_error(c, NULL) != SK_OK;
+  if (bad) fprintf(stderr, "rank %d: %s\n", rank, sk_last_error_message());
+  sk_comm_destroy(c);
+  return bad;
+}
+
+Test(comm_stub, processes_meet_through_the_socket, .init = stub_setup, .timeout = 120) {
+  for (int world = 2; world <= 8; world += 3) {
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/sk-test-comm-stub-%d-%d.sock", world, (int)getpid());
+    pid_t pids[SK_COMM_MAX_RANKS];
+    for (int r = 0; r < world; r++) {
+      pids[r] = fork();
+      cr_assert_geq(pids[r], 0);
+      if (pids[r] == 0) _exit(rank_process(path, r, world));
+    }
+    for (int r = 0; r < world; r++) {
+      int st = 0;
+      cr_assert_eq(waitpid(pids[r], &st, 0), pids[r]);
+      cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "world %d: rank %d exited with status %d", world, r, st);
+    }
+  }
 }
