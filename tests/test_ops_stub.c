@@ -12,13 +12,80 @@
  *    no synchronisation, no module load: the op.h contract of run);
  *  - after sk_freeze_kernel_resolution the same plans are made again from the process table and
  *    run the same number of launches.
+ *  - every kernel launched fits the device with its compiled resources (ptxas's report in the
+ *    cache record): static + dynamic shared memory within the block limit (99 KiB on SM120), and
+ *    its registers for the largest block launched within the 64K register file of a block.
  * What the kernels compute is the GPU suite's (tests/gpu/test_ops_gpu.c); this one finds host
  * bugs of the run callbacks (an unset kernel slot, a launch the driver would refuse for its
  * geometry, a run that synchronises) on every machine, under SAN=1 too. */
+#include <cjson/cJSON.h>
 #include <criterion/parameterized.h>
 
 #include "harness/harness.h"
+#include "runtime.h" /* sk_arch_block_smem_limit */
+#include "sparkinfer/jit.h"
 #include "stub/stub.h"
+
+/* The kernels the op's plans used (process-lifetime entries of the runtime's table). */
+#define MAX_SEEN 4096
+static const struct sk_kernel *seen[MAX_SEEN];
+static int nseen;
+static void note_kernels(const sk_plan *p) {
+  for (size_t i = 0; i < sk_plan_kernel_count(p); i++) {
+    const struct sk_kernel *k = sk_plan_kernel(p, i);
+    int known = !k;
+    for (int j = 0; j < nseen && !known; j++) known = seen[j] == k;
+    if (!known && nseen < MAX_SEEN) seen[nseen++] = k;
+  }
+}
+
+/* Every launched kernel against its ptxas report in the stub cache's records (sk-cache --json ls). */
+static void check_resources(const char *op) {
+  char bin[512], cache[512], arch[16];
+  snprintf(bin, sizeof bin, "%s/bin/sk-cache", tu_build_dir());
+  snprintf(cache, sizeof cache, "%s/stub/cache", tu_build_dir());
+  snprintf(arch, sizeof arch, "sm_%sa", getenv("SK_STUB_CC"));
+  char *argv[] = {bin, "--cache-dir", cache, "--json", "ls", NULL};
+  char *out = NULL;
+  cr_assert_eq(tu_run(argv, NULL, &out), 0, "sk-cache ls: %s", out ? out : "");
+  cJSON *records = cJSON_Parse(out);
+  cr_assert(cJSON_IsArray(records), "sk-cache --json ls: not a list");
+  const unsigned smem_limit = sk_arch_block_smem_limit(arch);
+  int launched = 0, checked = 0;
+  for (int i = 0; i < nseen; i++) {
+    void *fn = NULL;
+    const char *lowered = NULL;
+    sk_key key;
+    cr_assert_eq(sk_kernel_get_info(seen[i], &fn, &lowered, &key), SK_OK);
+    unsigned threads = 0, smem = 0;
+    if (!stub_kernel_launched(fn, &threads, &smem)) continue;
+    launched++;
+    char hex[40];
+    sk_key_hex(&key, hex, sizeof hex);
+    const cJSON *r, *res = NULL;
+    const char *name = lowered;
+    cJSON_ArrayForEach(r, records) {
+      const cJSON *k = cJSON_GetObjectItem(r, "key"), *n = cJSON_GetObjectItem(r, "name");
+      if (!cJSON_IsString(k) || strcmp(k->valuestring, hex)) continue;
+      res = cJSON_GetObjectItem(r, "resources");
+      if (cJSON_IsString(n)) name = n->valuestring;
+    }
+    if (!cJSON_IsObject(res)) continue; /* a record without a ptxas report */
+    const unsigned regs = (unsigned)cJSON_GetObjectItem(res, "registers")->valuedouble,
+                   statics = (unsigned)cJSON_GetObjectItem(res, "static_smem_bytes")->valuedouble;
+    /* registers are allocated per warp in units of 256 */
+    const unsigned long long per_warp = (regs * 32ull + 255) / 256 * 256, warps = (threads + 31) / 32;
+    cr_expect_leq(statics + smem, smem_limit, "%s [%s] %s: %u B static + %u B dynamic shared memory, the block limit is %u B", op,
+                  arch, name, statics, smem, smem_limit);
+    cr_expect_leq(per_warp * warps, 65536, "%s [%s] %s: %u registers x %u threads exceed a block's 64K registers", op, arch,
+                  name, regs, threads);
+    checked++;
+  }
+  cJSON_Delete(records);
+  free(out);
+  cr_expect(!launched || checked, "%s [%s]: no launched kernel has a ptxas report in %s", op, arch, cache);
+  fprintf(stderr, "  %d kernels launched, %d checked against their resources\n", launched, checked);
+}
 
 /* Driver entries a run may use. */
 static const char *const run_entries[] = {"cuLaunchKernelEx", "cuLaunchKernel", "cuMemsetD8Async", "cuMemsetD32Async",
@@ -47,6 +114,7 @@ static unsigned long long run_case(const skh_op *op, const skh_case *c, const ch
   sk_scratch_spec spec;
   cr_assert_eq(sk_plan_scratch_spec(plan, &spec), SK_OK);
   sk_binding *b = NULL;
+  note_kernels(plan);
   cr_assert_eq(sk_binding_create(plan, c->entry, &b), SK_OK, "%s: %s", name, sk_last_error_message());
   cr_assert_eq(sk_bind(b, ptrs, n, spec.bytes ? scratch : NULL, spec.bytes), SK_OK, "%s: bind: %s", name, sk_last_error_message());
   const unsigned long long total = stub_calls_total(), allowed = run_calls(), before = launches();
@@ -90,6 +158,7 @@ static void run_op(const skh_op *op) {
   free(made);
   fprintf(stderr, "  %d cases ran (%llu launches), %d not on this arch\n", ran, total, skipped);
   cr_expect(!runnable || ran > 0, "%s: no case runs on a stub sm_%s", op->op, getenv("SK_STUB_CC"));
+  check_resources(op->op);
 }
 
 /* The stub devices: compute capability and SM count. */

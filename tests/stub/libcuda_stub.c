@@ -79,13 +79,18 @@ static CUresult cu_load(void **out) { return *out = &fake_module, 0; }
 
 /* Kernel handles: distinct entries of a table, each with its dynamic shared memory opt-in. */
 #define MAX_KERNELS 8192
-typedef struct stub_kernel { int max_dynamic_smem; } stub_kernel;
+typedef struct stub_kernel {
+  int max_dynamic_smem;                      /* the opt-in (48 KiB without one) */
+  unsigned long long launches;               /* accepted launches */
+  unsigned max_threads, max_launched_smem;   /* the largest block and dynamic shared memory launched */
+} stub_kernel;
 static stub_kernel kernels[MAX_KERNELS];
 static int num_kernels;
 static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult cu_get(void **out) {
   pthread_mutex_lock(&kernel_lock);
   const int i = num_kernels < MAX_KERNELS ? num_kernels++ : MAX_KERNELS - 1;
+  memset(&kernels[i], 0, sizeof kernels[i]);
   kernels[i].max_dynamic_smem = 48 * 1024;
   pthread_mutex_unlock(&kernel_lock);
   return *out = &kernels[i], 0;
@@ -118,7 +123,25 @@ static CUresult check_launch(const void *f, unsigned gx, unsigned gy, unsigned g
   if (!gx || !gy || !gz || gx > 0x7FFFFFFFu || gy > 65535 || gz > 65535) return INVALID_VALUE;
   if (!bx || !by || !bz || bz > 64 || (unsigned long long)bx * by * bz > 1024) return INVALID_VALUE;
   if (smem > (unsigned)k->max_dynamic_smem) return INVALID_VALUE;
+  stub_kernel *w = (stub_kernel *)k;
+  pthread_mutex_lock(&kernel_lock);
+  w->launches++;
+  if (bx * by * bz > w->max_threads) w->max_threads = bx * by * bz;
+  if (smem > w->max_launched_smem) w->max_launched_smem = smem;
+  pthread_mutex_unlock(&kernel_lock);
   return 0;
+}
+
+/* What kernel handle `h` (a CUfunction / CUkernel the stub handed out) was launched with: the
+ * number of launches (0 for an unknown handle), its largest block and dynamic shared memory. */
+EXPORT unsigned long long sk_stub_kernel_launched(const void *h, unsigned *max_threads, unsigned *max_smem) {
+  const stub_kernel *k = kernel_of(h);
+  if (!k) return 0;
+  pthread_mutex_lock(&kernel_lock);
+  *max_threads = k->max_threads, *max_smem = k->max_launched_smem;
+  const unsigned long long n = k->launches;
+  pthread_mutex_unlock(&kernel_lock);
+  return n;
 }
 static CUresult cu_error_name(CUresult r, const char **s) {
   *s = r == 1 ? "CUDA_ERROR_INVALID_VALUE (stub)" : r == 400 ? "CUDA_ERROR_INVALID_HANDLE (stub)" : "CUDA_ERROR (stub)";

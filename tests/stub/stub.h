@@ -36,6 +36,18 @@ static inline unsigned long long stub_calls(const char *name) {
   return 0;
 }
 
+/* What the stub saw launched of kernel handle `fn`: the launch count, the largest block and the
+ * largest dynamic shared memory. */
+static inline unsigned long long stub_kernel_launched(const void *fn, unsigned *max_threads, unsigned *max_smem) {
+  typedef unsigned long long (*launched_fn)(const void *, unsigned *, unsigned *);
+  static launched_fn f;
+  if (!f) {
+    void *h = dlopen(getenv("SPARKINFER_CUDA_DRIVER"), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    f = h ? (launched_fn)dlsym(h, "sk_stub_kernel_launched") : NULL;
+  }
+  return f ? f(fn, max_threads, max_smem) : 0;
+}
+
 /* Calls of every driver entry so far. */
 static inline unsigned long long stub_calls_total(void) {
   const char *n;
