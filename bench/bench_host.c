@@ -1,7 +1,7 @@
 /* bench_host - the host side of every op, no GPU needed: for the first SKH_BENCH case of each op
  * (or every bench case with --all), the time of the plan's selection (sk_plan_select_only: caps
  * checks, tile choice, scratch layout; a real sk_plan_create adds one memory-table hit per kernel,
- * ~0.1 us each, see bench_runtime) and of sk_bind over fake device views: the full validation
+ * which bench_runtime times) and of sk_bind over fake device views: the full validation
  * plus the op's launch geometry, and a rebind of the same layouts (pointers and scratch checked
  * only), for a plan of sm_90a (or --arch). Medians of 7 rounds.
  * SK_BENCH_JSON=FILE writes bench/results.py rows (op "host", metric "us").

@@ -179,12 +179,19 @@ Test(comm_host, op_on_a_communicator) {
   caps.world_size = 0;
   caps.max_bytes = 2 << 20;
   EXPECT_REFUSED(sk_comm_plan_create(&caps, &p), SK_ERR_INVALID_ARGUMENT, "exceeds the communicator's");
-  caps.max_bytes = 0;
+  cr_assert_eq(sk_comm_plans_create(c, "sm_90a"), SK_OK, "%s", sk_last_error_message());
   for (int m = 0; m < SK_COMM_MODES; m++) {
-    caps.codec = m ? (sk_comm_codec)(1 + (m - 1) / 3) : SK_COMM_CODEC_BF16;
-    caps.topology = m ? (sk_comm_topology)((m - 1) % 3) : SK_COMM_TOPO_AG;
-    cr_assert_eq(sk_comm_mode_index(caps.codec, caps.topology), m);
-    cr_assert_eq(sk_comm_plan_create(&caps, &c->plan[m]), SK_OK, "%s", sk_last_error_message());
+    const sk_comm_codec codec = m ? (sk_comm_codec)(1 + (m - 1) / 3) : SK_COMM_CODEC_BF16;
+    const sk_comm_topology topo = m ? (sk_comm_topology)((m - 1) % 3) : SK_COMM_TOPO_AG;
+    cr_assert_eq(sk_comm_mode_index(codec, topo), m);
+    static const char *const codecs[] = {"bf16", "e4m3", "int8", "mxfp8"}, *const topos[] = {"ag", "ring", "a2a"};
+    char json[512], want[64];
+    cr_assert(c->plan[m] && c->ring[m], "mode %d: no plan or binding", m);
+    cr_assert_eq(sk_plan_caps_json(c->plan[m], json, sizeof json, NULL), SK_OK);
+    snprintf(want, sizeof want, "\"codec\":\"%s\"", codecs[codec]);
+    cr_expect(strstr(json, want), "mode %d: %s", m, json);
+    snprintf(want, sizeof want, "\"topology\":\"%s\"", topos[topo]);
+    cr_expect(!m || strstr(json, want), "mode %d: %s", m, json);
   }
   int64_t max_n = 0;
   cr_expect_eq(sk_plan_symbol(c->plan[0], "MAX_N", &max_n), SK_OK);
@@ -210,6 +217,6 @@ Test(comm_host, op_on_a_communicator) {
                sk_last_error_message());
   c->poisoned = 1;
   EXPECT_REFUSED(sk_comm_allreduce(c, &in, &out, NULL), SK_ERR_TIMEOUT, "timed out earlier");
-  for (int m = 0; m < SK_COMM_MODES; m++) sk_plan_destroy(c->plan[m]);
+  sk_comm_plans_destroy(c);
   free(c);
 }

@@ -194,6 +194,10 @@ typedef struct sk_comm_caps {
 
 #define SK_COMM_CAPS_INIT { sizeof(sk_comm_caps), 0, 0, SK_COMM_CODEC_BF16, SK_COMM_TOPO_AG, 1e-6f, NULL, NULL }
 
+/** sk_plan_create("comm.pcie", caps, plan). Errors as sk_plan_create's, and
+ *  SK_ERR_INVALID_ARGUMENT when caps disagree with caps.comm (world size, a larger max_bytes) or
+ *  a field is out of range (the message names it). *plan is NULL on error. Any thread may create
+ *  plans; runs of a plan on a communicator follow the communicator's one-thread rule. */
 static inline sk_status sk_comm_plan_create(const sk_comm_caps *caps, sk_plan **plan) {
   return sk_plan_create("comm.pcie", caps, plan);
 }

@@ -112,22 +112,29 @@ static sk_status make_current(int device) {
   return SK_OK;
 }
 
-/* The plans of the direct calls (sk_comm_allreduce, ...), one per wire mode, on this
- * communicator (their kernels resolve here, so a freeze after create leaves every call working). */
-static sk_status make_plans(sk_comm *c) {
+sk_status sk_comm_plans_create(sk_comm *c, const char *arch) {
   for (int k = 0; k < 4; k++)
     for (int t = 0; t < (k ? 3 : 1); t++) {
       sk_comm_caps caps = SK_COMM_CAPS_INIT;
       caps.comm = c;
+      caps.arch = arch;
       caps.codec = (sk_comm_codec)k;
       caps.topology = (sk_comm_topology)t;
-      SK_TRY(sk_comm_plan_create(&caps, &c->plan[sk_comm_mode_index(caps.codec, caps.topology)]));
+      const int m = sk_comm_mode_index(caps.codec, caps.topology);
+      SK_TRY(sk_comm_plan_create(&caps, &c->plan[m]));
+      SK_TRY(sk_binding_create(c->plan[m], "ring", &c->ring[m]));
     }
-  return SK_OK;
+  SK_TRY(sk_binding_create(c->plan[0], "allreduce", &c->allreduce));
+  return sk_binding_create(c->plan[0], "add_rmsnorm", &c->rmsnorm);
 }
 
-static void destroy_plans(sk_comm *c) {
-  for (int k = 0; k < SK_COMM_MODES; k++) sk_plan_destroy(c->plan[k]), c->plan[k] = NULL;
+void sk_comm_plans_destroy(sk_comm *c) {
+  sk_binding_destroy(c->allreduce), sk_binding_destroy(c->rmsnorm);
+  c->allreduce = c->rmsnorm = NULL;
+  for (int k = 0; k < SK_COMM_MODES; k++) {
+    sk_binding_destroy(c->ring[k]), sk_plan_destroy(c->plan[k]);
+    c->ring[k] = NULL, c->plan[k] = NULL;
+  }
 }
 
 SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
@@ -153,7 +160,7 @@ SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
   sk_ring_plan layout;
   sk_ring_layout(cfg.world_size, cfg.max_bytes, &layout); /* one-shot slots, then the ring area */
   c->buf_bytes = layout.buffer_bytes;
-  sk_status s = make_plans(c);
+  sk_status s = sk_comm_plans_create(c, NULL);
   sk_cu_result r = 0;
   if (s == SK_OK && (r = sk_cu.cuMemAlloc(&c->buf, c->buf_bytes)) != 0) s = sk_cuda_error(r, "cuMemAlloc (comm.pcie buffer)");
   if (s == SK_OK && (r = sk_cu.cuMemsetD8(c->buf, 0, c->buf_bytes)) != 0) s = sk_cuda_error(r, "cuMemsetD8");
@@ -161,7 +168,7 @@ SK_API sk_status sk_comm_create(const sk_comm_config *config, sk_comm **comm) {
   if (s != SK_OK) {
     s = sk_wrap_error(s, "sk_comm_create (rank %d of %d)", cfg.rank, cfg.world_size);
     if (c->buf) sk_cu.cuMemFree(c->buf);
-    destroy_plans(c);
+    sk_comm_plans_destroy(c);
     free(c);
     return s;
   }
@@ -241,7 +248,7 @@ SK_API void sk_comm_destroy(sk_comm *comm) {
   if (make_current(comm->cfg.device) == SK_OK && sk_cu.cuCtxSynchronize) sk_cu.cuCtxSynchronize();
   unmap_peers(comm);
   if (comm->buf) sk_cu.cuMemFree(comm->buf);
-  destroy_plans(comm);
+  sk_comm_plans_destroy(comm);
   free(comm);
 }
 

@@ -26,9 +26,19 @@ struct sk_comm {
   sk_cu_ipc_handle ipc;
   unsigned long long peer[SK_COMM_MAX_RANKS];   /* every rank's buffer as mapped here */
   int connected, poisoned;
-  sk_plan *plan[SK_COMM_MODES];                 /* comm.pcie plans of the direct calls, by wire mode */
+  /* the direct calls' comm.pcie plans, one per wire mode, and their bindings (made at create) */
+  sk_plan *plan[SK_COMM_MODES];
+  sk_binding *allreduce, *rmsnorm;              /* on plan[0] */
+  sk_binding *ring[SK_COMM_MODES];              /* entry "ring" of plan[m] */
   uint32_t err_host[2];
 };
+
+/* The plans of the direct calls, one per wire mode for arch (NULL: the device's), and their
+ * bindings (sk_comm_create makes them: kernels resolve and host memory is allocated there, so the
+ * calls allocate nothing and a freeze after create leaves every call working); destroy frees
+ * them (any of them may be NULL). */
+sk_status sk_comm_plans_create(sk_comm *c, const char *arch);
+void sk_comm_plans_destroy(sk_comm *c);
 
 /* Ready for a collective: connected, not poisoned. `fn` names the caller in the message. */
 sk_status sk_comm_ready(const sk_comm *c, const char *fn);

@@ -191,8 +191,9 @@ static sk_status ring_issue(const sk_plan *pl, const sk_comm *c, const sk_ring_p
   return sk_set_error(SK_ERR_INTERNAL, OP " ring: op kind %d", (int)o->kind);
 }
 
-/* The bound collective on `stream`; `fn` names the caller in messages. */
-static sk_status run_as(const sk_binding *b, void *stream, const char *fn) {
+/* The bound collective on `stream`. */
+static sk_status run(const sk_binding *b, void *stream) {
+  static const char fn[] = OP " run";
   const sk_comm_caps *caps = SK_PLAN_CAPS(b->plan, sk_comm_caps);
   const comm_bound *s = SK_BINDING_STATE(b, comm_bound);
   sk_comm *c = caps->comm;
@@ -231,7 +232,6 @@ static sk_status run_as(const sk_binding *b, void *stream, const char *fn) {
   return SK_OK;
 }
 
-static sk_status run(const sk_binding *b, void *stream) { return run_as(b, stream, OP " run"); }
 
 const sk_op_def sk_op_comm_pcie = {
     SK_OP_INFO(OP, "tensor-parallel collectives over PCIe, one process per GPU: one-shot all-reduce (+ add + RMSNorm), copy-engine ring all-reduce with ten wire modes", 80),
@@ -244,33 +244,29 @@ const sk_op_def sk_op_comm_pcie = {
     SK_OP_CALLBACKS(check_caps, select_kernels, NULL, bind, run),
 };
 
-/* ---- the direct calls: a local binding of the communicator's plan for the mode ---------------------- */
+/* ---- the direct calls: the communicator's own bindings (comm.c makes them with its plans) ---------- */
 
-static sk_status direct(sk_comm *comm, size_t entry, int mode, float eps, const DLTensor *const *t, size_t n, void *stream,
-                        const char *fn) {
-  SK_TRY(sk_comm_ready(comm, fn));
-  void *data[4];
-  const DLTensor *seen[4];
-  comm_bound state;
-  sk_binding b;
-  sk_binding_local(&b, comm->plan[mode], entry, data, seen, &state);
-  SK_TRY(sk_bind(&b, t, n, NULL, 0));
-  if (b.plan->offline) return sk_set_error(SK_ERR_NO_DEVICE, "%s: the communicator's plans are offline (no GPU)", fn);
-  if (entry == E_RMSNORM) state.eps = eps;
-  return run_as(&b, stream, fn);
+/* Bind `t` to `b` (the spine's validation; a rebind of the same layouts checks only the
+ * pointers) and run it. */
+static sk_status bind_run(sk_binding *b, float eps, const DLTensor *const *t, size_t n, void *stream) {
+  SK_TRY(sk_bind(b, t, n, NULL, 0));
+  if (b->entry == E_RMSNORM) SK_BINDING_STATE(b, comm_bound)->eps = eps;
+  return sk_run(b, stream);
 }
 
 SK_API sk_status sk_comm_allreduce(sk_comm *comm, const DLTensor *in, const DLTensor *out, void *stream) {
+  SK_TRY(sk_comm_ready(comm, "sk_comm_allreduce"));
   const DLTensor *t[] = {in, out};
-  return direct(comm, E_ALLREDUCE, 0, 0.0f, t, 2, stream, "sk_comm_allreduce");
+  return bind_run(comm->allreduce, 0.0f, t, 2, stream);
 }
 
 SK_API sk_status sk_comm_allreduce_add_rmsnorm(sk_comm *comm, const DLTensor *x, const DLTensor *residual, const DLTensor *weight,
                                                float eps, const DLTensor *out, void *stream) {
   if (!(eps > 0.0f) || !isfinite(eps))
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_comm_allreduce_add_rmsnorm: eps %g must be finite and > 0", (double)eps);
+  SK_TRY(sk_comm_ready(comm, "sk_comm_allreduce_add_rmsnorm"));
   const DLTensor *t[] = {x, residual, weight, out};
-  return direct(comm, E_RMSNORM, 0, eps, t, 4, stream, "sk_comm_allreduce_add_rmsnorm");
+  return bind_run(comm->rmsnorm, eps, t, 4, stream);
 }
 
 SK_API sk_status sk_comm_allreduce_ring(sk_comm *comm, const DLTensor *in, const DLTensor *out, sk_comm_codec codec,
@@ -278,6 +274,7 @@ SK_API sk_status sk_comm_allreduce_ring(sk_comm *comm, const DLTensor *in, const
   if ((unsigned)codec > SK_COMM_CODEC_MXFP8 || (unsigned)topology > SK_COMM_TOPO_A2A)
     return sk_set_error(SK_ERR_INVALID_ARGUMENT, "sk_comm_allreduce_ring: codec %d / topology %d is not a wire mode", (int)codec,
                         (int)topology);
+  SK_TRY(sk_comm_ready(comm, "sk_comm_allreduce_ring"));
   const DLTensor *t[] = {in, out};
-  return direct(comm, E_RING, sk_comm_mode_index(codec, topology), 0.0f, t, 2, stream, "sk_comm_allreduce_ring");
+  return bind_run(comm->ring[sk_comm_mode_index(codec, topology)], 0.0f, t, 2, stream);
 }
