@@ -7,6 +7,7 @@
 
 #include "comm/comm_host.h"
 #include "sparkinfer/comm.h"
+#include "testutil.h"
 
 static sk_comm_config cfg(int rank, int world) {
   sk_comm_config c = SK_COMM_CONFIG_INIT;
@@ -107,11 +108,6 @@ Test(comm_host, entry_points_without_gpu) {
   sk_comm_destroy(NULL);
 }
 
-static DLTensor bf16_view(uintptr_t addr, int ndim, int64_t *shape) {
-  DLTensor t = {.data = (void *)addr, .device = {kDLCUDA, 0}, .ndim = ndim, .dtype = {kDLBfloat, 16, 1}, .shape = shape};
-  return t;
-}
-
 /* The op without a communicator (what manifests and sk-warm make): caps rules, the entries' own
  * bind rules, and run refused with a message. */
 Test(comm_host, op_caps_and_bind_rules) {
@@ -135,7 +131,7 @@ Test(comm_host, op_caps_and_bind_rules) {
 
   sk_binding *b = NULL;
   int64_t n12[1] = {12}, n40[1] = {4 * 8 + 8}, n_big[1] = {(4 << 20) + 8};
-  DLTensor in = bf16_view(0x10000, 1, n12), out = bf16_view(0x20000, 1, n12);
+  DLTensor in = tu_fake_device_tensor(0x10000, TU_BF16, 1, n12), out = tu_fake_device_tensor(0x20000, TU_BF16, 1, n12);
   const DLTensor *t[] = {&in, &out};
   cr_assert_eq(sk_binding_create(p, "allreduce", &b), SK_OK);
   EXPECT_REFUSED(sk_bind(b, t, 2, NULL, 0), SK_ERR_INVALID_ARGUMENT, "multiple of 8");
@@ -152,7 +148,7 @@ Test(comm_host, op_caps_and_bind_rules) {
   sk_binding_destroy(b);
 
   int64_t mh[2] = {3, 20}, h[1] = {20};
-  DLTensor x = bf16_view(0x10000, 2, mh), r = bf16_view(0x20000, 2, mh), w = bf16_view(0x30000, 1, h), o = bf16_view(0x40000, 2, mh);
+  DLTensor x = tu_fake_device_tensor(0x10000, TU_BF16, 2, mh), r = tu_fake_device_tensor(0x20000, TU_BF16, 2, mh), w = tu_fake_device_tensor(0x30000, TU_BF16, 1, h), o = tu_fake_device_tensor(0x40000, TU_BF16, 2, mh);
   const DLTensor *tn[] = {&x, &r, &w, &o};
   cr_assert_eq(sk_binding_create(p, "add_rmsnorm", &b), SK_OK);
   EXPECT_REFUSED(sk_bind(b, tn, 4, NULL, 0), SK_ERR_INVALID_ARGUMENT, "multiple of 8");
@@ -198,7 +194,7 @@ Test(comm_host, op_on_a_communicator) {
   cr_expect_eq(max_n, 1 << 19, "the communicator's max_bytes");
 
   int64_t n[1] = {4 * 8 * 3}, bad[1] = {12};
-  DLTensor in = bf16_view(0x10000, 1, n), out = bf16_view(0x20000, 1, n);
+  DLTensor in = tu_fake_device_tensor(0x10000, TU_BF16, 1, n), out = tu_fake_device_tensor(0x20000, TU_BF16, 1, n);
   EXPECT_REFUSED(sk_comm_allreduce(c, &in, &out, NULL), SK_ERR_INVALID_ARGUMENT, "not connected");
   c->connected = 1;
   EXPECT_REFUSED(sk_comm_allreduce(c, NULL, &out, NULL), SK_ERR_INVALID_ARGUMENT, "tensor in [N]: is required");

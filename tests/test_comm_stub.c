@@ -45,11 +45,6 @@ static void close_world(world *w) {
   cr_expect_eq(stub_calls("cuMemFree") - frees, (unsigned long long)w->size, "every buffer freed");
 }
 
-static DLTensor view(uintptr_t addr, int ndim, int64_t *shape) {
-  DLTensor t = {.data = (void *)addr, .device = {kDLCUDA, 0}, .ndim = ndim, .dtype = {kDLBfloat, 16, 1}, .shape = shape};
-  return t;
-}
-
 /* The driver calls of one call: copies and launches. */
 typedef struct issued {
   unsigned long long copies, launches;
@@ -73,8 +68,9 @@ Test(comm_stub, world_life_cycle_and_one_shot, .init = stub_setup, .timeout = 60
     world w;
     open_world(&w, size);
     int64_t n[1] = {4096}, mh[2] = {4, 1024}, h[1] = {1024};
-    DLTensor in = view(0x7000000000, 1, n), out = view(0x7000100000, 1, n);
-    DLTensor x = view(0x7000200000, 2, mh), res = view(0x7000300000, 2, mh), wt = view(0x7000400000, 1, h), o = view(0x7000500000, 2, mh);
+    DLTensor in = tu_fake_device_tensor(0x7000000000, TU_BF16, 1, n), out = tu_fake_device_tensor(0x7000100000, TU_BF16, 1, n);
+    DLTensor x = tu_fake_device_tensor(0x7000200000, TU_BF16, 2, mh), res = tu_fake_device_tensor(0x7000300000, TU_BF16, 2, mh),
+             wt = tu_fake_device_tensor(0x7000400000, TU_BF16, 1, h), o = tu_fake_device_tensor(0x7000500000, TU_BF16, 2, mh);
     for (int r = 0; r < size; r++) {
       issued b = snapshot();
       cr_expect_eq(sk_comm_allreduce(w.c[r], &in, &out, NULL), SK_OK, "%s", sk_last_error_message());
@@ -98,7 +94,8 @@ Test(comm_stub, ring_programs_every_mode, .init = stub_setup, .timeout = 600) {
       const sk_comm_topology topo = mode ? (sk_comm_topology)((mode - 1) % 3) : SK_COMM_TOPO_AG;
       for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         int64_t n[1] = {sizes[k]};
-        DLTensor in = view(0x7000000000, 1, n), out = view(k == 1 ? 0x7000000000 : 0x7100000000, 1, n);
+        DLTensor in = tu_fake_device_tensor(0x7000000000, TU_BF16, 1, n),
+                 out = tu_fake_device_tensor(k == 1 ? 0x7000000000 : 0x7100000000, TU_BF16, 1, n);
         sk_ring_plan plan;
         cr_assert_eq(sk_ring_plan_make(size, (size_t)1 << 20, n[0], codec, topo, &plan), SK_OK, "%s", sk_last_error_message());
         char what[96];
@@ -120,7 +117,7 @@ Test(comm_stub, plans_on_a_communicator_run, .init = stub_setup, .timeout = 600)
   world w;
   open_world(&w, 4);
   int64_t n[1] = {128 * 4 * 2};
-  DLTensor in = view(0x7000000000, 1, n), out = view(0x7100000000, 1, n);
+  DLTensor in = tu_fake_device_tensor(0x7000000000, TU_BF16, 1, n), out = tu_fake_device_tensor(0x7100000000, TU_BF16, 1, n);
   const DLTensor *t[] = {&in, &out};
   for (int r = 0; r < 4; r++) {
     sk_comm_caps caps = SK_COMM_CAPS_INIT;
@@ -160,7 +157,7 @@ static int rank_process(const char *path, int rank, int world) {
     return 1;
   }
   int64_t n[1] = {128 * world * 4};
-  DLTensor in = view(0x7000000000, 1, n), out = view(0x7100000000, 1, n);
+  DLTensor in = tu_fake_device_tensor(0x7000000000, TU_BF16, 1, n), out = tu_fake_device_tensor(0x7100000000, TU_BF16, 1, n);
   int bad = sk_comm_allreduce(c, &in, &out, NULL) != SK_OK ||
             sk_comm_allreduce_ring(c, &in, &out, SK_COMM_CODEC_INT8, SK_COMM_TOPO_A2A, NULL) != SK_OK ||
             sk_comm_poll_error(c, NULL) != SK_OK;

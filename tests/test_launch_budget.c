@@ -6,15 +6,10 @@
 #include "sparkinfer/gemm.h"
 #include "stub/stub.h"
 
-static DLTensor view(uintptr_t addr, DLDataType dt, int64_t *shape) {
-  DLTensor t = {.data = (void *)addr, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = dt, .shape = shape};
-  return t;
-}
-
 Test(launch_budget, gemm_run_and_one_shot, .init = stub_setup) {
   int64_t as[2] = {1, 128}, bs[2] = {128, 128}, cs[2] = {1, 128};
   const DLDataType u8 = {kDLUInt, 8, 1}, bf = {kDLBfloat, 16, 1};
-  DLTensor a = view(0x7000000000, u8, as), b = view(0x7000100000, u8, bs), c = view(0x7000200000, bf, cs);
+  DLTensor a = tu_fake_device_tensor(0x7000000000, u8, 2, as), b = tu_fake_device_tensor(0x7000100000, u8, 2, bs), c = tu_fake_device_tensor(0x7000200000, bf, 2, cs);
   void *stream = (void *)0x1000;
   sk_gemm_caps caps = SK_GEMM_CAPS_INIT;
   caps.recipe = SK_GEMM_TENSOR_FP8;

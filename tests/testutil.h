@@ -110,6 +110,7 @@ static inline int tu_exists(const char *path) {
 }
 
 #include <dlpack/dlpack.h>
+#define TU_BF16 ((DLDataType){kDLBfloat, 16, 1})
 /* A contiguous DLTensor view of CUDA device memory (strides NULL). */
 static inline DLTensor tu_device_tensor(void *data, DLDataType dt, int nd, int64_t *shape) {
   DLTensor t;

@@ -44,11 +44,6 @@ static uint16_t input_bf16(int rank, int64_t i, int salt) {
   return sk_codec_bf16_rn((float)v);
 }
 
-static DLTensor view(void *p, int64_t *shape, int ndim) {
-  DLTensor t = {.data = p, .device = {kDLCUDA, 0}, .ndim = ndim, .dtype = {kDLBfloat, 16, 1}, .shape = shape};
-  return t;
-}
-
 /* out[i] must equal bf16(fp32 rank-order sum), and lie within bf16 rounding of the double sum. */
 static int check_sum(int rank, int world, const uint16_t *out, int64_t n, int salt) {
   for (int64_t i = 0; i < n; i++) {
@@ -65,6 +60,18 @@ static int check_sum(int rank, int world, const uint16_t *out, int64_t n, int sa
       return 1;
     }
   }
+  return 0;
+}
+
+/* Rank `rank`'s n inputs of `salt` into h (the caller's n values) and onto the device (*din),
+ * and a poisoned output (*dout, 0xFF bytes): both cudaMalloc'd. 0, or CUDA_CHILD's status. */
+static int stage_io(int rank, int64_t n, int salt, uint16_t *h, void **din, void **dout) {
+  for (int64_t i = 0; i < n; i++) h[i] = input_bf16(rank, i, salt);
+  CUDA_CHILD(cudaMalloc(din, (size_t)n * 2));
+  CUDA_CHILD(cudaMalloc(dout, (size_t)n * 2));
+  CUDA_CHILD(cudaMemcpy(*din, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+  CUDA_CHILD(cudaMemset(*dout, 0xFF, (size_t)n * 2));
+  CUDA_CHILD(cudaDeviceSynchronize());
   return 0;
 }
 
@@ -124,14 +131,11 @@ static int allreduce_sizes(sk_comm *c, int rank, int world, cudaStream_t s) {
       int64_t n = sizes[k], shape[1] = {n};
       const int salt = (int)(round * 16 + k);
       uint16_t *h = malloc((size_t)n * 2);
-      for (int64_t i = 0; i < n; i++) h[i] = input_bf16(rank, i, salt);
       void *din, *dout;
-      CUDA_CHILD(cudaMalloc(&din, (size_t)n * 2));
-      CUDA_CHILD(cudaMalloc(&dout, (size_t)n * 2));
-      CUDA_CHILD(cudaMemcpy(din, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-      CUDA_CHILD(cudaMemset(dout, 0xFF, (size_t)n * 2));
-      CUDA_CHILD(cudaDeviceSynchronize());
-      DLTensor in = view(din, shape, 1), out = view(round == 2 ? din : dout, shape, 1); /* round 2: in place */
+      const int st = stage_io(rank, n, salt, h, &din, &dout);
+      if (st) return st;
+      DLTensor in = tu_device_tensor(din, TU_BF16, 1, shape),
+               out = tu_device_tensor(round == 2 ? din : dout, TU_BF16, 1, shape); /* round 2: in place */
       CHILD_OK(sk_comm_allreduce(c, &in, &out, s));
       CHILD_OK(sk_comm_poll_error(c, s));
       CUDA_CHILD(cudaMemcpy(h, round == 2 ? din : dout, (size_t)n * 2, cudaMemcpyDeviceToHost));
@@ -145,12 +149,12 @@ static int allreduce_sizes(sk_comm *c, int rank, int world, cudaStream_t s) {
   int64_t big[1] = {(int64_t)4 << 20};
   void *d;
   CUDA_CHILD(cudaMalloc(&d, (size_t)8 << 20));
-  DLTensor t = view(d, big, 1);
+  DLTensor t = tu_device_tensor(d, TU_BF16, 1, big);
   if (sk_comm_allreduce(c, &t, &t, s) != SK_ERR_INVALID_ARGUMENT) return 2;
   int64_t small[1] = {8};
-  t = view((char *)d + 2, small, 1);
+  t = tu_device_tensor((char *)d + 2, TU_BF16, 1, small);
   if (sk_comm_allreduce(c, &t, &t, s) != SK_ERR_INVALID_ARGUMENT) return 3;
-  t = view(d, small, 1);
+  t = tu_device_tensor(d, TU_BF16, 1, small);
   t.dtype.code = kDLFloat;
   if (sk_comm_allreduce(c, &t, &t, s) != SK_ERR_INVALID_ARGUMENT) return 4;
   cudaFree(d);
@@ -172,7 +176,8 @@ static int fused_rmsnorm(sk_comm *c, int rank, int world, cudaStream_t s) {
   CUDA_CHILD(cudaMemcpy(dx, x, n * 2, cudaMemcpyHostToDevice));
   CUDA_CHILD(cudaMemcpy(dr, res, n * 2, cudaMemcpyHostToDevice));
   CUDA_CHILD(cudaMemcpy(dw, w, (size_t)h * 2, cudaMemcpyHostToDevice));
-  DLTensor tx = view(dx, shape, 2), tr = view(dr, shape, 2), tw = view(dw, wshape, 1), to = view(dout, shape, 2);
+  DLTensor tx = tu_device_tensor(dx, TU_BF16, 2, shape), tr = tu_device_tensor(dr, TU_BF16, 2, shape),
+           tw = tu_device_tensor(dw, TU_BF16, 1, wshape), to = tu_device_tensor(dout, TU_BF16, 2, shape);
   CHILD_OK(sk_comm_allreduce_add_rmsnorm(c, &tx, &tr, &tw, 1e-6f, &to, s));
   CHILD_OK(sk_comm_poll_error(c, s));
   CUDA_CHILD(cudaMemcpy(out, dout, n * 2, cudaMemcpyDeviceToHost));
@@ -217,7 +222,7 @@ static int graph_replay(sk_comm *c, int rank, int world, cudaStream_t s) {
   void *din, *dout;
   CUDA_CHILD(cudaMalloc(&din, (size_t)n * 2));
   CUDA_CHILD(cudaMalloc(&dout, (size_t)n * 2));
-  DLTensor in = view(din, shape, 1), out = view(dout, shape, 1);
+  DLTensor in = tu_device_tensor(din, TU_BF16, 1, shape), out = tu_device_tensor(dout, TU_BF16, 1, shape);
   /* the captured call through the op API (a plan on this communicator, bound once), the eager
    * one below through the direct call */
   sk_comm_caps caps = SK_COMM_CAPS_INIT;
@@ -270,7 +275,7 @@ static int peer_never_arrives(sk_comm *c, int rank, int world, cudaStream_t s, i
   void *d;
   CUDA_CHILD(cudaMalloc(&d, (size_t)world * 2048));
   CUDA_CHILD(cudaMemset(d, 0, (size_t)world * 2048)); /* what it sums does not matter here */
-  DLTensor t = view(d, shape, 1);
+  DLTensor t = tu_device_tensor(d, TU_BF16, 1, shape);
   const double t0 = sk_now_seconds();
   CHILD_OK(ring ? sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_E4M3, SK_COMM_TOPO_RING, s) : sk_comm_allreduce(c, &t, &t, s));
   sk_status st = sk_comm_poll_error(c, s);
@@ -327,14 +332,11 @@ static int ring_once(sk_comm *c, int rank, int world, cudaStream_t s, int64_t n,
   sk_ring_plan p;
   CHILD_OK(sk_ring_plan_make(world, (size_t)4 << 20, n, (sk_comm_codec)codec, (sk_comm_topology)topo, &p));
   uint16_t *h = malloc((size_t)n * 2), *want = ring_expected(&p, rank, salt);
-  for (int64_t i = 0; i < n; i++) h[i] = input_bf16(rank, i, salt);
   void *din, *dout;
-  CUDA_CHILD(cudaMalloc(&din, (size_t)n * 2));
-  CUDA_CHILD(cudaMalloc(&dout, (size_t)n * 2));
-  CUDA_CHILD(cudaMemcpy(din, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-  CUDA_CHILD(cudaMemset(dout, 0xFF, (size_t)n * 2));
-  CUDA_CHILD(cudaDeviceSynchronize());
-  DLTensor in = view(din, shape, 1), out = view(in_place ? din : dout, shape, 1);
+  const int st = stage_io(rank, n, salt, h, &din, &dout);
+  if (st) return st;
+  DLTensor in = tu_device_tensor(din, TU_BF16, 1, shape),
+           out = tu_device_tensor(in_place ? din : dout, TU_BF16, 1, shape);
   CHILD_OK(sk_comm_allreduce_ring(c, &in, &out, (sk_comm_codec)codec, (sk_comm_topology)topo, s));
   CHILD_OK(sk_comm_poll_error(c, s));
   CUDA_CHILD(cudaMemcpy(h, in_place ? din : dout, (size_t)n * 2, cudaMemcpyDeviceToHost));
@@ -362,13 +364,13 @@ static int ring_modes(sk_comm *c, int rank, int world, cudaStream_t s) {
   int64_t odd[1] = {(int64_t)world * 8 + 8};
   void *d;
   CUDA_CHILD(cudaMalloc(&d, (size_t)8 << 20));
-  DLTensor t = view(d, odd, 1);
+  DLTensor t = tu_device_tensor(d, TU_BF16, 1, odd);
   if (sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_BF16, SK_COMM_TOPO_AG, s) != SK_ERR_INVALID_ARGUMENT) return 5;
   int64_t big[1] = {(int64_t)4 << 20};
-  t = view(d, big, 1);
+  t = tu_device_tensor(d, TU_BF16, 1, big);
   if (sk_comm_allreduce_ring(c, &t, &t, SK_COMM_CODEC_BF16, SK_COMM_TOPO_AG, s) != SK_ERR_INVALID_ARGUMENT) return 6;
   int64_t ok[1] = {(int64_t)world * 128};
-  t = view(d, ok, 1);
+  t = tu_device_tensor(d, TU_BF16, 1, ok);
   if (sk_comm_allreduce_ring(c, &t, &t, (sk_comm_codec)7, SK_COMM_TOPO_AG, s) != SK_ERR_INVALID_ARGUMENT) return 7;
   cudaFree(d);
   return 0;
@@ -381,7 +383,7 @@ static int ring_graph(sk_comm *c, int rank, int world, cudaStream_t s) {
   void *din, *dout;
   CUDA_CHILD(cudaMalloc(&din, (size_t)n * 2));
   CUDA_CHILD(cudaMalloc(&dout, (size_t)n * 2));
-  DLTensor in = view(din, shape, 1), out = view(dout, shape, 1);
+  DLTensor in = tu_device_tensor(din, TU_BF16, 1, shape), out = tu_device_tensor(dout, TU_BF16, 1, shape);
   uint16_t *h = malloc((size_t)n * 2);
   int bad = 0;
   for (int mode = 0; mode < 4 && !bad; mode++) {
