@@ -46,6 +46,23 @@ SK_DEVICE u32 load_acquire_sys(const u32* p) {
   return v;
 }
 
+// One thread's bounded wait until *flag >= seq (wrap: 2^32 collectives per communicator),
+// polling every sleep_ns. False after timeout_ns: the first timeout is recorded in the error word
+// of the buffer at `own` as (SK_COMM_ERROR_TIMEOUT, peer).
+SK_DEVICE bool wait_flag(const u32* flag, u32 seq, u64 timeout_ns, unsigned long long own, u32 peer, unsigned sleep_ns) {
+  if (load_acquire_sys(flag) >= seq) return true;
+  const u64 start = sk::global_timer_ns();
+  while (load_acquire_sys(flag) < seq) {
+    if (sk::global_timer_ns() - start > timeout_ns) {
+      u32* err = (u32*)(own + SK_COMM_ERROR_OFFSET);
+      if (atomicCAS(err, 0u, SK_COMM_ERROR_TIMEOUT) == 0u) err[1] = peer;
+      return false;
+    }
+    __nanosleep(sleep_ns);
+  }
+  return true;
+}
+
 SK_DEVICE u32* flags_of(unsigned long long base) { return (u32*)(base + SK_COMM_FLAGS_OFFSET); }
 SK_DEVICE char* slot_of(unsigned long long base, u32 seq, unsigned long long slot_bytes) {
   return (char*)(base + SK_COMM_DATA_OFFSET + (seq & 1u) * slot_bytes);
@@ -72,18 +89,7 @@ SK_DEVICE bool barrier(const Peers& p, int rank, u32 seq, u64 timeout_ns) {
     __threadfence_system();
     store_release_sys(flags_of(p.base[t]) + blockIdx.x * SK_COMM_LAYOUT_MAX_RANKS + rank, seq);
     const u32* mine = flags_of(p.base[rank]) + blockIdx.x * SK_COMM_LAYOUT_MAX_RANKS + t;
-    if (load_acquire_sys(mine) < seq) {  // (wrap: 2^32 collectives per communicator)
-      const u64 start = sk::global_timer_ns();
-      while (load_acquire_sys(mine) < seq) {
-        if (sk::global_timer_ns() - start > timeout_ns) {
-          u32* err = (u32*)(p.base[rank] + SK_COMM_ERROR_OFFSET);
-          if (atomicCAS(err, 0u, SK_COMM_ERROR_TIMEOUT) == 0u) err[1] = (u32)t;
-          failed = 1;
-          break;
-        }
-        __nanosleep(64);
-      }
-    }
+    if (!wait_flag(mine, seq, timeout_ns, p.base[rank], (u32)t, 64)) failed = 1;
   }
   __syncthreads();
   return !failed;

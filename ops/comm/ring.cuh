@@ -37,18 +37,7 @@ SK_DEVICE bool ring_wait(unsigned long long own, u32 mask, int slot, u32 seq, u6
   const int t = threadIdx.x;
   if (t < SK_COMM_LAYOUT_MAX_RANKS && (mask >> t & 1u)) {
     const u32* f = ring_flags(own) + slot * SK_COMM_LAYOUT_MAX_RANKS + t;
-    if (load_acquire_sys(f) < seq) {  // (wrap: 2^32 ring collectives per communicator)
-      const u64 start = sk::global_timer_ns();
-      while (load_acquire_sys(f) < seq) {
-        if (sk::global_timer_ns() - start > timeout_ns) {
-          u32* err = (u32*)(own + SK_COMM_ERROR_OFFSET);
-          if (atomicCAS(err, 0u, SK_COMM_ERROR_TIMEOUT) == 0u) err[1] = (u32)t;
-          failed = 1;
-          break;
-        }
-        __nanosleep(128);
-      }
-    }
+    if (!wait_flag(f, seq, timeout_ns, own, (u32)t, 128)) failed = 1;
   }
   __syncthreads();
   return !failed;
