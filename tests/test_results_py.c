@@ -53,10 +53,7 @@ Test(results_py, exclude_and_tail, .init = need_python3) {
   cr_assert_not_null(dir);
   char tail[512];
   snprintf(tail, sizeof tail, "%s/tail.md", dir);
-  FILE *f = fopen(tail, "w");
-  cr_assert_not_null(f);
-  fputs("## Tried, not kept\n\n- a line of the tail\n", f);
-  fclose(f);
+  cr_assert_eq(tu_write_file(tail, "## Tried, not kept\n\n- a line of the tail\n"), 0);
   char *out = NULL;
   cr_assert_eq(results_py(&out, "--exclude=^quantization\\.nvfp4 m=1 ", "--tail", tail, FIXTURES "ours.jsonl"), 0, "%s", out);
   cr_expect(strstr(out, "| m=16384 k=4096 bf16 (portable) |"), "%s", out);

@@ -1,7 +1,7 @@
 /* ops/comm/pcie.c - comm.pcie as an op (sparkinfer/comm.h): the tensor tables of its three
  * entries, the caps (a communicator, or none for offline plans), the kernel selection by world
- * size and wire mode, bind (the ring program's plan is fixed here), run (launches, copies), and
- * the direct calls (sk_comm_allreduce, ...), which bind on the communicator's own plans. The
+ * size and wire mode, bind (the ring program of this rank is fixed here), run (launches, copies), and
+ * the direct calls (sk_comm_allreduce, ...), which bind and run the communicator's own bindings. The
  * communicator itself: comm.c; kernels: oneshot.cuh, ring.cuh; contract: comm.md. */
 #include <math.h>
 #include <string.h>
@@ -105,6 +105,8 @@ typedef struct comm_bound {
   int rows, h8;        /* add_rmsnorm */
   float eps;           /* add_rmsnorm: caps.eps (a direct call sets its own) */
   sk_ring_plan ring;   /* ring: the program's plan (mode after the fallback rule, layout) */
+  int count;           /* ring on a communicator: this rank's program, fixed by the shapes */
+  sk_ring_op ops[SK_RING_MAX_OPS];
 } comm_bound;
 
 static sk_status bind(sk_binding *b) {
@@ -127,6 +129,7 @@ static sk_status bind(sk_binding *b) {
     const size_t layout_bytes = c->comm ? c->comm->cfg.max_bytes : (size_t)c->max_bytes;
     sk_status st = sk_ring_plan_make(c->world_size, layout_bytes, s->n, c->codec, c->topology, &s->ring);
     if (st != SK_OK) return sk_bind_error(b, "%s", sk_last_error_message());
+    if (c->comm) s->count = sk_ring_program(&s->ring, c->comm->cfg.rank, s->ops);
   }
   return SK_OK;
 }
@@ -219,14 +222,12 @@ static sk_status run(const sk_binding *b, void *stream) {
     void *args[] = {&own, &rank, &slot, &timeout_ns, &px, &pr, &pw, &po, &rows, &h8, &eps};
     return launch(sk_plan_k(b->plan, K_RMSNORM), grid, block, stream, args);
   }
-  sk_ring_op ops[SK_RING_MAX_OPS];
-  const int count = sk_ring_program(&s->ring, rank, ops);
-  for (int i = 0; i < count; i++) {
-    sk_status st = ring_issue(b->plan, c, &s->ring, &ops[i], ptr(b, 0), ptr(b, 1), stream);
+  for (int i = 0; i < s->count; i++) {
+    sk_status st = ring_issue(b->plan, c, &s->ring, &s->ops[i], ptr(b, 0), ptr(b, 1), stream);
     /* a failure mid-program leaves the peers waiting (they time out); this rank cannot continue */
     if (st != SK_OK) {
       c->poisoned = 1;
-      return sk_wrap_error(st, "%s: rank %d, op %d of %d (the communicator is unusable now)", fn, rank, i, count);
+      return sk_wrap_error(st, "%s: rank %d, op %d of %d (the communicator is unusable now)", fn, rank, i, s->count);
     }
   }
   return SK_OK;
